@@ -1,0 +1,5 @@
+"""The XDP C sources, shipped as package data of pyxdp and compiled by bcc."""
+
+from pathlib import Path
+
+SOURCE_DIR = Path(__file__).resolve().parent

@@ -1,0 +1,15 @@
+/* Network byte order without libc: bcc builds for the host's endianness. */
+#ifndef ZL_ENDIAN_H
+#define ZL_ENDIAN_H
+
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define zl_htons(x) ((__u16)__builtin_bswap16(x))
+#define zl_ntohs(x) ((__u16)__builtin_bswap16(x))
+#define zl_ntohl(x) ((__u32)__builtin_bswap32(x))
+#else
+#define zl_htons(x) ((__u16)(x))
+#define zl_ntohs(x) ((__u16)(x))
+#define zl_ntohl(x) ((__u32)(x))
+#endif
+
+#endif

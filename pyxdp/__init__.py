@@ -1,0 +1,3 @@
+"""zerolayer's Python side: loader, pinned-map access, codec, lab and CLI."""
+
+__version__ = "0.1.0"

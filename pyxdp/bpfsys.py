@@ -1,0 +1,264 @@
+"""The bpf(2) system call through ctypes: pins, map elements, object info and
+BPF_PROG_TEST_RUN.
+
+bcc compiles and loads; everything a fresh process needs afterwards (status,
+stats, detach, AF_XDP registration, test runs) goes through here, so those
+paths never import bcc or compile anything.
+"""
+
+import ctypes
+import os
+import platform
+import struct
+from dataclasses import dataclass
+
+_SYS_BPF = {"x86_64": 321, "aarch64": 280, "arm64": 280}
+
+BPF_MAP_LOOKUP_ELEM = 1
+BPF_MAP_UPDATE_ELEM = 2
+BPF_MAP_DELETE_ELEM = 3
+BPF_MAP_GET_NEXT_KEY = 4
+BPF_OBJ_PIN = 6
+BPF_OBJ_GET = 7
+BPF_PROG_TEST_RUN = 10
+BPF_PROG_GET_FD_BY_ID = 13
+BPF_MAP_GET_FD_BY_ID = 14
+BPF_OBJ_GET_INFO_BY_FD = 15
+BPF_MAP_LOOKUP_BATCH = 24
+
+BPF_ANY = 0
+BPF_NOEXIST = 1
+BPF_EXIST = 2
+
+BPF_PROG_TYPE_XDP = 6
+BPF_MAP_TYPE_PERCPU_ARRAY = 6
+
+BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
+
+_ATTR_SIZE = 128  # covers every command used here; the tail stays zero
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _nr() -> int:
+    machine = platform.machine()
+    if machine not in _SYS_BPF:
+        raise OSError(f"bpf(2) syscall number unknown for {machine}")
+    return _SYS_BPF[machine]
+
+
+def bpf(cmd: int, attr: ctypes.Array) -> int:
+    """Run one bpf(2) command; raise OSError with errno on failure."""
+    ret = _libc.syscall(_nr(), ctypes.c_int(cmd), attr, ctypes.c_uint(len(attr)))
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return ret
+
+
+def _attr(fmt: str, *values) -> ctypes.Array:
+    buf = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into(fmt, buf, 0, *values)
+    return buf
+
+
+def _addr(buf) -> int:
+    return ctypes.addressof(buf) if buf is not None else 0
+
+
+# --- pins ---------------------------------------------------------------------
+
+def obj_pin(fd: int, path: str) -> None:
+    name = ctypes.create_string_buffer(os.fsencode(path))
+    bpf(BPF_OBJ_PIN, _attr("=QI", _addr(name), fd))
+
+
+def obj_get(path: str) -> int:
+    """Open a pinned object; returns a new fd the caller must close."""
+    name = ctypes.create_string_buffer(os.fsencode(path))
+    return bpf(BPF_OBJ_GET, _attr("=QI", _addr(name), 0))
+
+
+def prog_fd_by_id(prog_id: int) -> int:
+    return bpf(BPF_PROG_GET_FD_BY_ID, _attr("=I", prog_id))
+
+
+def map_fd_by_id(map_id: int) -> int:
+    return bpf(BPF_MAP_GET_FD_BY_ID, _attr("=I", map_id))
+
+
+# --- object info --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProgInfo:
+    type: int
+    id: int
+    tag: str
+    name: str
+    map_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MapInfo:
+    type: int
+    id: int
+    key_size: int
+    value_size: int
+    max_entries: int
+    name: str
+
+
+def _info(fd: int, size: int) -> bytes:
+    """BPF_OBJ_GET_INFO_BY_FD into a SIZE-byte buffer (the kernel fills what
+    it knows of that prefix)."""
+    info = ctypes.create_string_buffer(size)
+    bpf(BPF_OBJ_GET_INFO_BY_FD, _attr("=IIQ", fd, size, _addr(info)))
+    return info.raw
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def prog_info(fd: int) -> ProgInfo:
+    raw = _info(fd, 96)
+    nr_map_ids = struct.unpack_from("=I", raw, 52)[0]
+    map_ids: tuple[int, ...] = ()
+    if nr_map_ids:
+        ids = (ctypes.c_uint32 * nr_map_ids)()
+        # second call with the map_ids pointer (offset 56) and its length
+        info = ctypes.create_string_buffer(96)
+        struct.pack_into("=I", info, 52, nr_map_ids)
+        struct.pack_into("=Q", info, 56, ctypes.addressof(ids))
+        bpf(BPF_OBJ_GET_INFO_BY_FD, _attr("=IIQ", fd, 96, _addr(info)))
+        map_ids = tuple(ids)
+    ptype, pid = struct.unpack_from("=II", raw, 0)
+    return ProgInfo(
+        type=ptype,
+        id=pid,
+        tag=raw[8:16].hex(),
+        name=_cstr(raw[64:80]),
+        map_ids=map_ids,
+    )
+
+
+def map_info(fd: int) -> MapInfo:
+    raw = _info(fd, 80)
+    mtype, mid, key_size, value_size, max_entries = struct.unpack_from("=IIIII", raw, 0)
+    return MapInfo(mtype, mid, key_size, value_size, max_entries, _cstr(raw[24:40]))
+
+
+# --- map elements -------------------------------------------------------------
+
+def map_lookup(fd: int, key: bytes, value_size: int) -> bytes | None:
+    """VALUE_SIZE is the whole buffer (per-CPU maps: rounded size x CPUs)."""
+    k = ctypes.create_string_buffer(key, len(key))
+    v = ctypes.create_string_buffer(value_size)
+    try:
+        bpf(BPF_MAP_LOOKUP_ELEM, _attr("=IIQQQ", fd, 0, _addr(k), _addr(v), 0))
+    except FileNotFoundError:
+        return None
+    return v.raw
+
+
+def map_update(fd: int, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+    k = ctypes.create_string_buffer(key, len(key))
+    v = ctypes.create_string_buffer(value, len(value))
+    bpf(BPF_MAP_UPDATE_ELEM, _attr("=IIQQQ", fd, 0, _addr(k), _addr(v), flags))
+
+
+def map_delete(fd: int, key: bytes) -> bool:
+    """Returns False when there was no such element."""
+    k = ctypes.create_string_buffer(key, len(key))
+    try:
+        bpf(BPF_MAP_DELETE_ELEM, _attr("=IIQ", fd, 0, _addr(k)))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def map_lookup_batch(fd: int, key_size: int, value_size: int, max_entries: int):
+    """All (key, value) byte pairs of a map, a few syscalls instead of one per
+    element. For arrays that is every index."""
+    keys = ctypes.create_string_buffer(key_size * max_entries)
+    values = ctypes.create_string_buffer(value_size * max_entries)
+    cursor = ctypes.create_string_buffer(max(key_size, 8))
+    out: list[tuple[bytes, bytes]] = []
+    first = True
+    while True:
+        attr = _attr(
+            "=QQQQIIQQ",
+            0 if first else _addr(cursor), _addr(cursor),
+            _addr(keys), _addr(values),
+            max_entries, fd, 0, 0,
+        )
+        done = False
+        try:
+            bpf(BPF_MAP_LOOKUP_BATCH, attr)
+        except FileNotFoundError:
+            done = True  # the kernel still reports what it copied
+        count = struct.unpack_from("=I", attr, 32)[0]
+        for i in range(count):
+            out.append((
+                keys.raw[i * key_size:(i + 1) * key_size],
+                values.raw[i * value_size:(i + 1) * value_size],
+            ))
+        if done or count == 0:
+            return out
+        first = False
+
+
+# --- BPF_PROG_TEST_RUN --------------------------------------------------------
+
+@dataclass(frozen=True)
+class TestRun:
+    retval: int
+    data_out: bytes
+    duration_ns: int  # the kernel's mean per repetition
+
+
+# pytest would otherwise try to collect the dataclass above as a test class
+TestRun.__test__ = False
+
+
+def prog_test_run(
+    prog_fd: int,
+    data: bytes,
+    *,
+    repeat: int = 1,
+    ctx: bytes | None = None,
+    flags: int = 0,
+    batch_size: int = 0,
+    out_size: int | None = None,
+) -> TestRun:
+    """Run PROG_FD on DATA in the kernel. CTX is a struct xdp_md for XDP."""
+    data_in = ctypes.create_string_buffer(data, len(data))
+    size_out = len(data) + 256 if out_size is None else out_size
+    data_out = ctypes.create_string_buffer(size_out) if size_out else None
+    ctx_in = ctypes.create_string_buffer(ctx, len(ctx)) if ctx else None
+    attr = _attr(
+        "=IIIIQQIIIIQQIII",
+        prog_fd, 0, len(data), size_out,
+        _addr(data_in), _addr(data_out),
+        repeat, 0,
+        len(ctx) if ctx else 0, 0,
+        _addr(ctx_in), 0,
+        flags, 0, batch_size,
+    )
+    bpf(BPF_PROG_TEST_RUN, attr)
+    _, retval, _, out_len = struct.unpack_from("=IIII", attr, 0)
+    duration = struct.unpack_from("=I", attr, 36)[0]
+    out = data_out.raw[:out_len] if data_out is not None else b""
+    return TestRun(retval=retval, data_out=out, duration_ns=duration)
+
+
+def possible_cpus() -> int:
+    """Per-CPU map values have one slot per *possible* CPU, not online."""
+    with open("/sys/devices/system/cpu/possible") as f:
+        spec = f.read().strip()
+    count = 0
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        count += int(hi or lo) - int(lo) + 1
+    return count

@@ -1,0 +1,36 @@
+"""Plain-text rendering shared by the commands: tables and counters."""
+
+import json
+
+import click
+
+
+def emit_json(obj) -> None:
+    click.echo(json.dumps(obj, sort_keys=False))
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
+              for i, h in enumerate(headers)]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), *(line(r) for r in cells)])
+
+
+def number(n: float) -> str:
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
+
+
+def counters_table(nested: dict, rates: dict | None = None) -> str:
+    """The counters of `zerolayer stats`, grouped as in the JSON."""
+    rows = []
+    for key, value in nested.items():
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                rate = rates[key][sub] if rates else None
+                rows.append([f"{key}.{sub}", number(v)] + ([f"{number(rate)}/s"] if rates else []))
+        else:
+            rate = rates[key] if rates else None
+            rows.append([key, number(value)] + ([f"{number(rate)}/s"] if rates else []))
+    headers = ["COUNTER", "TOTAL"] + (["RATE"] if rates else [])
+    return table(headers, rows)

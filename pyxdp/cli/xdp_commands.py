@@ -1,0 +1,143 @@
+"""Commands for the XDP data path: attach, detach, status, stats, config."""
+
+import click
+
+from .render import counters_table, emit_json, number, table
+
+netns_option = click.option(
+    "--netns", metavar="NS", default=None,
+    help="The interface is in named network namespace NS (see `ip netns list`).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@click.command()
+@click.argument("iface")
+@click.option("--mode", type=click.Choice(["auto", "native", "skb"]), default="auto",
+              show_default=True, help="auto tries native, then skb.")
+@click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True,
+              help="UDP destination port carrying token frames (repeat; default 9977).")
+@click.option("--on-malformed", type=click.Choice(["drop", "pass"]), default=None,
+              help="What to do with malformed datagrams (default drop).")
+@click.option("--replace", is_flag=True, help="Replace an XDP program another tool attached.")
+@netns_option
+@json_option
+def attach(iface, mode, ports, on_malformed, replace, netns, as_json):
+    """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
+    from .. import loader
+
+    result = loader.attach(iface, mode=mode, ports=list(ports) or None,
+                           on_malformed=on_malformed, replace=replace, netns=netns)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    click.echo(
+        f"{result.action} {iface}: {result.mode} mode, program id {result.program_id}, "
+        f"ports {','.join(map(str, result.ports))}, malformed datagrams: {result.on_malformed}"
+    )
+    if result.note:
+        click.echo(f"note: {result.note}")
+
+
+@click.command()
+@click.argument("iface")
+@netns_option
+@json_option
+def detach(iface, netns, as_json):
+    """Remove zerolayer's program from IFACE and unpin its maps."""
+    from .. import loader
+
+    result = loader.detach(iface, netns=netns)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    if result.action == "detached":
+        click.echo(f"detached {iface} (program id {result.program_id}); pins removed")
+    else:
+        click.echo(f"removed stale pins of {iface}: {result.note}")
+
+
+@click.command()
+@click.argument("iface", required=False)
+@netns_option
+@json_option
+def status(iface, netns, as_json):
+    """Show the XDP program of every interface (or IFACE), and who owns it."""
+    from .. import attachment, pins
+    from ..privileges import require_bpf_admin
+
+    require_bpf_admin("zerolayer status")
+    pins.require_bpffs()
+    rows = attachment.status(iface, netns)
+    if as_json:
+        emit_json({"interfaces": rows})
+        return
+    out = []
+    for r in rows:
+        ports = ",".join(map(str, r["ports"])) if r.get("ports") else None
+        owner = r["owner"] or ("stale pins" if r["stale_pins"] else None)
+        out.append([r["interface"], r["mode"], r["program_name"], r["program_id"],
+                    owner, ports, r.get("on_malformed")])
+    click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PORTS", "MALFORMED"], out))
+
+
+@click.command()
+@click.argument("iface")
+@click.option("--watch", type=float, metavar="SECONDS", default=None,
+              help="Print per-second rates every SECONDS until interrupted.")
+@netns_option
+@json_option
+def stats(iface, watch, netns, as_json):
+    """Show the counters of zerolayer on IFACE, read from its pinned maps."""
+    from .. import stats as stats_mod
+
+    if watch is None:
+        snap = stats_mod.read(iface, netns)
+        if as_json:
+            emit_json(snap)
+            return
+        state = f"{snap['mode']} mode, program id {snap['program_id']}" if snap["attached"] \
+            else "not attached (stale pins)"
+        click.echo(f"{iface}: {state}")
+        click.echo(counters_table(snap["counters"]))
+        return
+    try:
+        for snap in stats_mod.watch(iface, netns, watch):
+            if as_json:
+                emit_json(snap)
+            else:
+                r = snap["rates"]
+                click.echo(
+                    f"{iface}  {number(r['packets'])} pkt/s  "
+                    f"{number(r['token_datagrams'])} token dgram/s  "
+                    f"{number(sum(r['frames'].values()))} frames/s  "
+                    f"{number(sum(r['malformed'].values()))} malformed/s  "
+                    f"{number(r['redirected'])} redirected/s  "
+                    f"{number(r['fallback_passed'])} fallback/s  "
+                    f"{number(r['other'])} other/s"
+                )
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command()
+@click.argument("iface")
+@click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True,
+              help="Make the token port set exactly these (repeat).")
+@click.option("--on-malformed", type=click.Choice(["drop", "pass"]), default=None)
+@netns_option
+@json_option
+def config(iface, ports, on_malformed, netns, as_json):
+    """Show or change the running configuration of IFACE, without reloading."""
+    from .. import runtime_config
+
+    cfg = runtime_config.update(iface, netns, ports=list(ports) or None,
+                                on_malformed=on_malformed)
+    if as_json:
+        emit_json(cfg)
+        return
+    click.echo(f"{iface}: ports {','.join(map(str, cfg['ports']))}, "
+               f"malformed datagrams: {cfg['on_malformed']}")
+
+
+COMMANDS = [attach, detach, status, stats, config]

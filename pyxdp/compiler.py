@@ -1,0 +1,114 @@
+"""Compile and load the C programs with bcc, and turn its failures into one
+line each.
+
+bcc and clang write diagnostics and verifier logs straight to file
+descriptor 2. We point fd 2 at a log file while they run, keep that file when
+something fails, and name it in the one-line error.
+"""
+
+import contextlib
+import os
+import platform
+import tempfile
+from dataclasses import dataclass, field
+
+from . import frames
+from .bpf import SOURCE_DIR
+from .errors import ZerolayerError
+
+TOKEN_PROGRAM = ("xdp_token.c", "zerolayer_xdp")
+PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
+
+# Map variables in bpf/zl_maps.h, by their pin names.
+TOKEN_MAPS = {"counters": "zl_counters", "config": "zl_config", "ports": "zl_ports", "xsks": "zl_xsks"}
+
+
+def require_kernel_headers() -> None:
+    release = platform.release()
+    build = f"/lib/modules/{release}/build"
+    # Debian splits a headers tree: generated files under build, the rest
+    # (kconfig.h among them) under source.
+    if os.environ.get("BCC_KERNEL_SOURCE") or any(
+        os.path.exists(f"/lib/modules/{release}/{tree}/include/linux/kconfig.h")
+        for tree in ("build", "source")
+    ):
+        return
+    raise ZerolayerError(
+        f"no kernel headers for {release} in {build}: run `bash vagrant/provision.sh` "
+        "(it installs linux-headers and links them there)"
+    )
+
+
+@contextlib.contextmanager
+def _stderr_to(log_path: str):
+    """Send fd 2 (where bcc, clang and the verifier log write) to LOG_PATH."""
+    saved = os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _first_error(log_path: str) -> str:
+    with open(log_path, errors="replace") as log:
+        lines = [ln.strip() for ln in log if ln.strip()]
+    for ln in lines:
+        if "error:" in ln:
+            return ln
+    return lines[-1] if lines else "no output"
+
+
+@dataclass
+class Loaded:
+    """A program bcc compiled and the kernel accepted. Keep it referenced:
+    the fds close when the bcc object is collected."""
+
+    bpf: object
+    prog_fd: int
+    prog_name: str
+    map_fds: dict[str, int] = field(default_factory=dict)
+
+
+def load(source: str, function: str, *, pin_dir: str | None = None,
+         maps: dict[str, str] | None = None) -> Loaded:
+    """Compile bpf/SOURCE and load FUNCTION as an XDP program. With PIN_DIR,
+    maps declared with ZL_MAP are pinned there, or reused when present."""
+    require_kernel_headers()
+    try:
+        from bcc import BPF
+    except ImportError:
+        raise ZerolayerError(
+            "bcc is not importable: install python3-bpfcc and use a venv made with "
+            "--system-site-packages (vagrant/provision.sh does both)"
+        ) from None
+
+    cflags = [f"-I{SOURCE_DIR}", f"-DZL_MAX_FRAMES={frames.MAX_FRAMES}"]
+    if pin_dir:
+        cflags.append(f'-DZL_PIN_DIR="{pin_dir}"')
+    fd, log_path = tempfile.mkstemp(prefix="zerolayer-bcc-", suffix=".log")
+    os.close(fd)
+    keep_log = True
+    try:
+        with _stderr_to(log_path):
+            try:
+                program = BPF(src_file=str(SOURCE_DIR / source).encode(), cflags=cflags)
+            except Exception:
+                raise ZerolayerError(
+                    f"compiling {source} failed: {_first_error(log_path)} (full log: {log_path})"
+                ) from None
+            try:
+                func = program.load_func(function.encode(), BPF.XDP)
+            except Exception as exc:
+                raise ZerolayerError(
+                    f"the kernel verifier rejected {function} ({exc}); "
+                    f"verifier log: {log_path}"
+                ) from None
+        keep_log = False
+        fds = {pin: program[var.encode()].map_fd for pin, var in (maps or {}).items()}
+        return Loaded(program, func.fd, function, fds)
+    finally:
+        if not keep_log:
+            os.unlink(log_path)

@@ -1,0 +1,64 @@
+"""The counter schema: the order of struct zl_counters (bpf/zl_structs.h) and
+the JSON shape of `zerolayer stats` (DESIGN.md section 3).
+
+Internally counters are flat dicts with dotted keys ("frames.token");
+nest() gives the JSON shape.
+"""
+
+import struct
+
+FRAME_LABELS = ("request", "token", "done", "ping", "pong")
+REASONS = ("short_header", "truncated", "unknown_type", "too_many_frames")
+
+# Field order of struct zl_counters. Change both together.
+FIELDS = (
+    "packets",
+    "other",
+    "fragments",
+    "token_datagrams",
+    *(f"frames.{t}" for t in FRAME_LABELS),
+    "payload_bytes",
+    "redirected",
+    "fallback_passed",
+    *(f"malformed.{r}" for r in REASONS),
+    "malformed_dropped",
+    "malformed_passed",
+)
+LAYOUT = struct.Struct(f"={len(FIELDS)}Q")
+
+
+def zero() -> dict[str, int]:
+    return dict.fromkeys(FIELDS, 0)
+
+
+def from_percpu(raw: bytes, ncpus: int) -> dict[str, int]:
+    """Sum one struct zl_counters per possible CPU."""
+    total = [0] * len(FIELDS)
+    for cpu in range(ncpus):
+        for i, value in enumerate(LAYOUT.unpack_from(raw, cpu * LAYOUT.size)):
+            total[i] += value
+    return dict(zip(FIELDS, total))
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in FIELDS}
+
+
+def nest(flat: dict[str, int]) -> dict:
+    """Flat dotted keys to the JSON shape of `zerolayer stats --json`."""
+    out: dict = {}
+    for key in FIELDS:
+        group, _, name = key.partition(".")
+        if name:
+            out.setdefault(group, {})[name] = flat[key]
+        else:
+            out[key] = flat[key]
+    return out
+
+
+def flatten(nested: dict) -> dict[str, int]:
+    flat = {}
+    for key in FIELDS:
+        group, _, name = key.partition(".")
+        flat[key] = nested[group][name] if name else nested[key]
+    return flat

@@ -1,0 +1,130 @@
+"""The token frame codec (DESIGN.md section 1).
+
+A frame is a 4-byte big-endian payload length, one type byte, and the
+payload. Over UDP one datagram carries whole frames back to back; over TCP a
+stream is a sequence of frames, cut only by their length fields.
+"""
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+HEADER = struct.Struct("!IB")
+HEADER_LEN = HEADER.size  # 5
+
+DEFAULT_PORT = 9977
+# The XDP walker's bound, shared with the C side: the loader passes it in as
+# -DZL_MAX_FRAMES, so the program and pyxdp.judge can never disagree.
+MAX_FRAMES = 32
+# Over TCP, a header announcing more than this breaks the stream.
+DEFAULT_MAX_LENGTH = 1 << 20
+
+
+class FrameType(IntEnum):
+    REQUEST = 1
+    TOKEN = 2
+    DONE = 3
+    PING = 4
+    PONG = 5
+
+    @property
+    def label(self) -> str:
+        """The lower-case name used in JSON and counters."""
+        return self.name.lower()
+
+
+FRAME_TYPES = tuple(FrameType)
+
+
+class FrameError(ValueError):
+    """Bytes that are not a valid frame sequence; REASON says why."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: FrameType
+    payload: bytes = b""
+
+    def encode(self) -> bytes:
+        return encode(self.type, self.payload)
+
+    @property
+    def wire_len(self) -> int:
+        return HEADER_LEN + len(self.payload)
+
+
+def encode(frame_type: int, payload: bytes | str = b"") -> bytes:
+    if isinstance(payload, str):
+        payload = payload.encode()
+    return HEADER.pack(len(payload), int(frame_type)) + payload
+
+
+def encode_frames(frames) -> bytes:
+    return b"".join(f.encode() for f in frames)
+
+
+def decode_datagram(payload: bytes, max_frames: int = MAX_FRAMES) -> list[Frame]:
+    """The frames of a token datagram; FrameError names the malformed reason."""
+    from .judge import judge_datagram
+
+    verdict = judge_datagram(payload, max_frames)
+    if not verdict.valid:
+        raise FrameError(verdict.reason, f"malformed datagram: {verdict.reason}")
+    frames, off = [], 0
+    while off < len(payload):
+        length, ftype = HEADER.unpack_from(payload, off)
+        start = off + HEADER_LEN
+        frames.append(Frame(FrameType(ftype), payload[start:start + length]))
+        off = start + length
+    return frames
+
+
+class StreamBroken(FrameError):
+    """A TCP peer sent an invalid type or an oversize length: close the stream."""
+
+
+class StreamDecoder:
+    """Incremental decoder for a TCP stream of frames.
+
+    feed() takes bytes as they arrive, in any split, and returns the frames
+    they complete. A bad header raises StreamBroken as soon as its 5 bytes are
+    in, without waiting for a payload that will never make sense.
+    """
+
+    def __init__(self, max_length: int = DEFAULT_MAX_LENGTH):
+        self.max_length = max_length
+        self._buf = bytearray()
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete frame held back."""
+        return len(self._buf)
+
+    @property
+    def at_boundary(self) -> bool:
+        """True when the stream could end here without losing part of a frame."""
+        return not self._buf
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buf += data
+        frames, off = [], 0
+        buf = self._buf
+        while len(buf) - off >= HEADER_LEN:
+            length, ftype = HEADER.unpack_from(buf, off)
+            if not 1 <= ftype <= len(FRAME_TYPES):
+                raise StreamBroken("unknown_type", f"unknown frame type 0x{ftype:02x}")
+            if length > self.max_length:
+                raise StreamBroken(
+                    "oversize", f"frame length {length} exceeds {self.max_length}"
+                )
+            end = off + HEADER_LEN + length
+            if end > len(buf):
+                break
+            frames.append(Frame(FrameType(ftype), bytes(buf[off + HEADER_LEN:end])))
+            off = end
+        del buf[:off]
+        return frames

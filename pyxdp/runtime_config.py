@@ -1,0 +1,26 @@
+"""Change a running zerolayer's token ports and malformed policy by writing
+its pinned config maps: no recompile, no reattach, no gap."""
+
+from . import attachment, pins
+from .errors import ZerolayerError
+from .maps import POLICIES, ZerolayerMaps
+from .privileges import require_bpf_admin
+
+
+def update(ifname: str, netns: str | None = None, *, ports=None,
+           on_malformed: str | None = None) -> dict:
+    """Apply what is given; return the configuration now in effect."""
+    require_bpf_admin("zerolayer config")
+    pins.require_bpffs()
+    ins = attachment.inspect(ifname, netns)
+    if not ins.ours:
+        raise ZerolayerError(f"zerolayer is not attached to {ifname}: run `zerolayer attach {ifname}`")
+    if on_malformed is not None and on_malformed not in POLICIES:
+        raise ZerolayerError(f"unknown policy {on_malformed!r}: use drop or pass")
+    with ZerolayerMaps.open_pinned(ins.pin_dir) as maps:
+        if ports:
+            maps.set_ports(ports)
+        if on_malformed:
+            maps.set_on_malformed(on_malformed)
+        return {"interface": ifname, "netns": netns, "ports": maps.ports(),
+                "on_malformed": maps.on_malformed()}

@@ -1,0 +1,57 @@
+"""Counters of an attached zerolayer, read from its pins (no compile), and
+per-interval rates as xdp-bench prints them."""
+
+import time
+
+from . import attachment, counters, pins
+from .errors import ZerolayerError
+from .maps import ZerolayerMaps
+from .privileges import require_bpf_admin
+
+
+def _open(ifname: str, netns: str | None) -> tuple[attachment.Inspection, ZerolayerMaps]:
+    require_bpf_admin("zerolayer stats")
+    pins.require_bpffs()
+    ins = attachment.inspect(ifname, netns)
+    if not ins.pinned:
+        raise ZerolayerError(f"zerolayer is not attached to {ifname}: run `zerolayer attach {ifname}`")
+    return ins, ZerolayerMaps.open_pinned(ins.pin_dir)
+
+
+def _snapshot(ins: attachment.Inspection, flat: dict[str, int]) -> dict:
+    return {
+        "interface": ins.state.ifname,
+        "netns": ins.netns,
+        "mode": ins.state.mode if ins.ours else None,
+        "program_id": ins.state.prog_id if ins.ours else None,
+        "attached": ins.ours,
+        "counters": counters.nest(flat),
+    }
+
+
+def read(ifname: str, netns: str | None = None) -> dict:
+    """The `zerolayer stats --json` object."""
+    ins, maps = _open(ifname, netns)
+    with maps:
+        return _snapshot(ins, maps.read_counters())
+
+
+def watch(ifname: str, netns: str | None = None, interval: float = 1.0):
+    """Yield a snapshot every INTERVAL seconds, with "rates": per-second
+    deltas over the interval actually elapsed."""
+    if interval <= 0:
+        raise ZerolayerError("--watch needs a positive number of seconds")
+    ins, maps = _open(ifname, netns)
+    with maps:
+        before, t0 = maps.read_counters(), time.monotonic()
+        while True:
+            time.sleep(interval)
+            after, t1 = maps.read_counters(), time.monotonic()
+            elapsed = t1 - t0
+            snap = _snapshot(ins, after)
+            snap["interval_s"] = round(elapsed, 3)
+            snap["rates"] = counters.nest(
+                {k: round(v / elapsed, 1) for k, v in counters.delta(after, before).items()}
+            )
+            yield snap
+            before, t0 = after, t1

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Make a fresh Debian 12 machine ready for zerolayer, then optionally run it.
+#
+#   bash vagrant/provision.sh            provision only
+#   bash vagrant/provision.sh demo       provision, then run `zerolayer demo`
+#   bash vagrant/provision.sh test [ARGS] provision, then run pytest ARGS
+#
+# The README, .ci/run and the Vagrantfile all call this one script. It is
+# idempotent: every step checks before it changes anything. Run it as root.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${ZEROLAYER_VENV:-/opt/zerolayer/venv}"
+ACTION="${1:-}"
+[ $# -gt 0 ] && shift
+
+say() { printf 'provision: %s\n' "$*"; }
+die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run me as root (sudo bash vagrant/provision.sh ${ACTION})"
+case "$ACTION" in ""|demo|test) ;; *) die "unknown action '$ACTION' (use: demo, test)";; esac
+
+# --- apt packages ----------------------------------------------------------
+# python3-bpfcc is bcc for Debian's /usr/bin/python3; the venv below sees it.
+PACKAGES=(python3-bpfcc python3-venv bpftool xdp-tools iproute2 tcpdump ethtool)
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# --- kernel headers for bcc -------------------------------------------------
+# bcc compiles against /lib/modules/$(uname -r)/build. A distribution kernel
+# has a matching headers package. A custom kernel (as on these VMs) ships none:
+# then Debian's generic headers, linked into place, are what bcc needs;
+# BCC_KERNEL_SOURCE alone was not enough (kconfig.h was not found).
+KREL="$(uname -r)"
+KDIR="/lib/modules/$KREL"
+# Debian splits the tree: kconfig.h lives under source, generated files under build.
+if [ ! -e "$KDIR/build/include/linux/kconfig.h" ] && [ ! -e "$KDIR/source/include/linux/kconfig.h" ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    if apt-get install -y -q --no-install-recommends "linux-headers-$KREL" 2>/dev/null; then
+        say "installed linux-headers-$KREL"
+    else
+        ARCH="$(dpkg --print-architecture)"
+        apt-get install -y -q --no-install-recommends "linux-headers-$ARCH"
+        build="$(ls -d /usr/src/linux-headers-*-"$ARCH" | sort -V | tail -n 1)"
+        common="${build%-"$ARCH"}-common"
+        [ -d "$build" ] && [ -d "$common" ] || die "linux-headers-$ARCH left no usable tree in /usr/src"
+        mkdir -p "$KDIR"
+        ln -sfn "$build" "$KDIR/build"
+        ln -sfn "$common" "$KDIR/source"
+        say "no headers for $KREL: linked $KDIR/build -> $build"
+    fi
+fi
+
+# --- bpffs ------------------------------------------------------------------
+if ! mountpoint -q /sys/fs/bpf; then
+    mount -t bpf bpf /sys/fs/bpf
+    say "mounted bpffs on /sys/fs/bpf"
+fi
+
+# --- venv that sees Debian's bcc -------------------------------------------
+if ! "$VENV/bin/python" -c "import bcc" 2>/dev/null; then
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    /usr/bin/python3 -m venv --system-site-packages "$VENV"
+    say "created venv $VENV"
+fi
+"$VENV/bin/pip" install --quiet --disable-pip-version-check "$REPO[test]"
+# A plain (non-editable) install of the tree as it is now, even if the
+# version number did not change.
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall "$REPO"
+ln -sfn "$VENV/bin/zerolayer" /usr/local/bin/zerolayer
+say "ready: $("$VENV/bin/zerolayer" --version)"
+
+case "$ACTION" in
+    demo) exec "$VENV/bin/zerolayer" demo ;;
+    # pytest runs from the repository but imports the installed package:
+    # the tests directory, not the repository root, goes on sys.path.
+    test) cd "$REPO" && exec "$VENV/bin/pytest" "$@" ;;
+esac
