@@ -7,6 +7,7 @@ paths never import bcc or compile anything.
 """
 
 import ctypes
+import functools
 import os
 import platform
 import struct
@@ -199,10 +200,11 @@ def map_lookup_batch(fd: int, key_size: int, value_size: int, max_entries: int):
         except FileNotFoundError:
             done = True  # the kernel still reports what it copied
         count = struct.unpack_from("=I", attr, 32)[0]
+        kraw, vraw = keys.raw, values.raw  # each .raw is a fresh copy: take it once
         for i in range(count):
             out.append((
-                keys.raw[i * key_size:(i + 1) * key_size],
-                values.raw[i * value_size:(i + 1) * value_size],
+                kraw[i * key_size:(i + 1) * key_size],
+                vraw[i * value_size:(i + 1) * value_size],
             ))
         if done or count == 0:
             return out
@@ -253,6 +255,7 @@ def prog_test_run(
     return TestRun(retval=retval, data_out=out, duration_ns=duration)
 
 
+@functools.cache
 def possible_cpus() -> int:
     """Per-CPU map values have one slot per *possible* CPU, not online."""
     with open("/sys/devices/system/cpu/possible") as f:

@@ -11,6 +11,7 @@ import os
 import platform
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import frames
 from .bpf import SOURCE_DIR
@@ -21,6 +22,18 @@ PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
 
 # Map variables in bpf/zl_maps.h, by their pin names.
 TOKEN_MAPS = {"counters": "zl_counters", "config": "zl_config", "ports": "zl_ports", "xsks": "zl_xsks"}
+
+
+def source_dir() -> Path:
+    """The C sources: the installed ones, or ZEROLAYER_BPF_DIR to try a
+    modified copy without reinstalling."""
+    override = os.environ.get("ZEROLAYER_BPF_DIR")
+    if not override:
+        return SOURCE_DIR
+    path = Path(override)
+    if not (path / TOKEN_PROGRAM[0]).is_file():
+        raise ZerolayerError(f"ZEROLAYER_BPF_DIR={override} has no {TOKEN_PROGRAM[0]}")
+    return path
 
 
 def require_kernel_headers() -> None:
@@ -85,7 +98,8 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
             "--system-site-packages (vagrant/provision.sh does both)"
         ) from None
 
-    cflags = [f"-I{SOURCE_DIR}", f"-DZL_MAX_FRAMES={frames.MAX_FRAMES}"]
+    src = source_dir()
+    cflags = [f"-I{src}", f"-DZL_MAX_FRAMES={frames.MAX_FRAMES}"]
     if pin_dir:
         cflags.append(f'-DZL_PIN_DIR="{pin_dir}"')
     fd, log_path = tempfile.mkstemp(prefix="zerolayer-bcc-", suffix=".log")
@@ -94,7 +108,7 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
     try:
         with _stderr_to(log_path):
             try:
-                program = BPF(src_file=str(SOURCE_DIR / source).encode(), cflags=cflags)
+                program = BPF(src_file=str(src / source).encode(), cflags=cflags)
             except Exception:
                 raise ZerolayerError(
                     f"compiling {source} failed: {_first_error(log_path)} (full log: {log_path})"

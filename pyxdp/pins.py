@@ -22,11 +22,14 @@ MAPS = ("counters", "config", "ports", "xsks")
 
 
 def require_bpffs() -> None:
+    fstype = None
     with open("/proc/self/mounts") as mounts:
         for line in mounts:
-            _, mountpoint, fstype, *_ = line.split()
-            if mountpoint == BPFFS and fstype == "bpf":
-                return
+            _, mountpoint, kind, *_ = line.split()
+            if mountpoint == BPFFS:
+                fstype = kind  # the last mount on a path is the one in effect
+    if fstype == "bpf":
+        return
     raise ZerolayerError(
         f"bpffs is not mounted on {BPFFS}: run `mount -t bpf bpf {BPFFS}` "
         "(vagrant/provision.sh does this)"

@@ -1,0 +1,78 @@
+"""`zerolayer tune`: apply a host tuning profile, revert it, verify it."""
+
+import json
+
+import click
+
+from ..errors import ZerolayerError
+
+
+def _emit(payload, text: str, as_json: bool) -> None:
+    click.echo(json.dumps(payload, indent=2) if as_json else text)
+
+
+@click.command()
+@click.option("--profile", "profile_name", metavar="NAME|PATH",
+              help="Apply this profile: a shipped name (see --list) or a .toml file.")
+@click.option("--revert", is_flag=True,
+              help="Put back what zerolayer changed, newest first.")
+@click.option("--verify", is_flag=True,
+              help="Check that what zerolayer set still holds; exit 1 on drift.")
+@click.option("--list", "list_profiles", is_flag=True, help="List the shipped profiles.")
+@click.option("--netns", metavar="NS",
+              help="Tune only the per-namespace knobs of network namespace NS.")
+@click.option("--interface", "-i", "interfaces", multiple=True, metavar="IFACE",
+              help="An interface for the per-device knobs (root qdisc, NAPI, IRQs). "
+                   "Repeat for several.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--strict", is_flag=True,
+              help="Stop at the first knob this host lacks, instead of skipping it.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--root", metavar="DIR", type=click.Path(file_okay=False),
+              help="Use DIR/proc and DIR/sys instead of the kernel's (a copy, for tests).")
+@click.option("--state-dir", metavar="DIR", type=click.Path(file_okay=False),
+              help="Where the state file lives (default /run/zerolayer/tune).")
+def tune(profile_name, revert, verify, list_profiles, netns, interfaces, dry_run,
+         strict, as_json, root, state_dir):
+    """Tune the host for token traffic, and put it back exactly.
+
+    \b
+    zerolayer tune --profile inf2 -i eth0 --dry-run
+    zerolayer tune --profile inf2 -i eth0
+    zerolayer tune --verify
+    zerolayer tune --revert
+    """
+    chosen = [flag for flag, given in (("--profile", profile_name is not None),
+                                       ("--revert", revert), ("--verify", verify),
+                                       ("--list", list_profiles)) if given]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --profile, --revert, --verify, --list")
+    if profile_name is None:
+        for flag, given in (("--dry-run", dry_run), ("--strict", strict),
+                            ("--interface", interfaces)):
+            if given:
+                raise click.UsageError(f"{flag} goes with --profile")
+
+    from ..tuning import engine, profile
+
+    if list_profiles:
+        loaded = [profile.load(name) for name in profile.shipped()]
+        _emit({"profiles": [{"name": p.name, "summary": p.summary,
+                             "steps": [s.id for s in p.steps]} for p in loaded]},
+              "\n".join(f"{p.name:<12} {p.summary}" for p in loaded), as_json)
+        return
+
+    places = {"netns": netns, "root": root, "state_dir": state_dir}
+    if profile_name is not None:
+        report = engine.apply(profile.load(profile_name), interfaces=interfaces,
+                              dry_run=dry_run, strict=strict, **places)
+    elif revert:
+        report = engine.revert(**places)
+    else:
+        report = engine.verify(**places)
+    _emit(report.to_json(), report.render(), as_json)
+    if report.error:
+        raise ZerolayerError(report.error)
+
+
+COMMANDS = [tune]

@@ -1,0 +1,117 @@
+"""`zerolayer tune` as a user runs it: a subprocess, its output and exit code."""
+
+import json
+import os
+import subprocess
+
+import pytest
+from tuning_fixtures import (  # noqa: F401 (fixtures)
+    FAKE_NIC, ZEROLAYER, host_sysctls_unchanged, make_fake_root, ns, run_cli)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+ROW_KEYS = {"step", "knob", "before", "after", "status", "reason"}
+STATUSES = {"applied", "unchanged", "skipped", "refused", "planned", "restored", "drifted"}
+
+
+def test_json_shape_and_round_trip_in_a_netns(ns, tmp_path):
+    state = ["--state-dir", str(tmp_path)]
+    applied = run_cli("--profile", "inf2", "--netns", ns, "-i", "zv0", "--json", *state,
+                      check_rc=0)
+    out = json.loads(applied.stdout)
+    assert out["profile"] == "inf2" and out["netns"] == ns and out["action"] == "apply"
+    assert out["steps"] and all(ROW_KEYS <= set(s) for s in out["steps"])
+    assert {s["status"] for s in out["steps"]} <= STATUSES
+    fastopen = next(s for s in out["steps"] if s["knob"] == "net.ipv4.tcp_fastopen")
+    assert (fastopen["step"], fastopen["after"], fastopen["status"]) == (
+        "tcp-fastopen", "3", "applied")
+
+    verified = json.loads(run_cli("--verify", "--netns", ns, "--json", *state,
+                                  check_rc=0).stdout)
+    assert {s["status"] for s in verified["steps"]} == {"applied"}
+
+    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_fastopen=2"],
+                   check=True)
+    drift = run_cli("--verify", "--netns", ns, *state, check_rc=1)
+    assert "drifted" in drift.stdout
+    assert drift.stderr.startswith("zerolayer: drift: 1 knob") and drift.stderr.count("\n") == 1
+
+    reverted = json.loads(run_cli("--revert", "--netns", ns, "--json", *state,
+                                  check_rc=0).stdout)
+    assert reverted["action"] == "revert"
+    assert {s["status"] for s in reverted["steps"]} == {"restored", "drifted"}
+
+
+def test_human_table(tmp_path):
+    root = make_fake_root(tmp_path)
+    done = run_cli("--profile", "inf2", "--root", root, "-i", FAKE_NIC, "--dry-run",
+                   check_rc=0)
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"dry-run inf2 on fake root {root}"
+    assert lines[1].startswith("preflight: kernel ")
+    assert lines[2].split() == ["STEP", "KNOB", "BEFORE", "→", "AFTER", "STATUS", "REASON"]
+    gov = next(line for line in lines if "scaling_governor" in line)
+    assert "powersave → performance" in gov and " planned " in gov
+    assert lines[-1].endswith(" refused")  # the counts, last
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["--revert", "--verify"],
+    ["--revert", "--dry-run"],
+    ["--verify", "--strict"],
+    ["--revert", "-i", "eth0"],
+    ["--profile"],
+])
+def test_usage_errors_exit_2(args):
+    done = run_cli(*args, check_rc=2)
+    assert "Usage" in done.stderr or "Error" in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "turbo"], "no profile named 'turbo'"),
+    (["--profile", "inf2", "--netns", "zl-no-such-ns"], "does not exist"),
+    (["--profile", "inf2", "--netns", "x", "--root", "/tmp"], "do not go together"),
+    (["--verify", "--state-dir", "/nonexistent/zl"], "nothing to verify"),
+])
+def test_expected_failures_exit_1_with_one_line(args, message):
+    done = run_cli(*args, check_rc=1)
+    assert done.stderr.startswith("zerolayer: ") and message in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_strict_failure_prints_the_table_then_one_line(ns, tmp_path):
+    profile = tmp_path / "p.toml"
+    profile.write_text('name = "p"\n[[step]]\nid = "a"\nwhy = "w"\n'
+                       '  [[step.knob]]\n  kind = "sysctl"\n  name = "net.ipv4.tcp_fastopen"\n'
+                       '  value = "3"\n  scope = "netns"\n'
+                       '[[step]]\nid = "b"\nwhy = "w"\n'
+                       '  [[step.knob]]\n  kind = "sysctl"\n  name = "net.ipv4.tcp_ecn"\n'
+                       '  value = "9"\n  scope = "netns"\n')
+    state = ["--state-dir", str(tmp_path / "state")]
+    done = run_cli("--profile", str(profile), "--netns", ns, "--strict", "--json", *state,
+                   check_rc=1)
+    out = json.loads(done.stdout)
+    assert [s["status"] for s in out["steps"]] == ["applied", "skipped"]
+    assert out["error"].startswith("--strict: stopped at step b")
+    assert done.stderr.count("\n") == 1 and "--revert" in done.stderr
+    run_cli("--revert", "--netns", ns, *state, check_rc=0)
+
+
+def test_not_root_is_one_line(tmp_path):
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           ZEROLAYER, "tune", "--profile", "inf2"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr == "zerolayer: tune needs root: run it with sudo\n"
+
+
+def test_list(tmp_path):
+    out = json.loads(run_cli("--list", "--json", check_rc=0).stdout)
+    assert [p["name"] for p in out["profiles"]] == ["inf2", "latency", "throughput"]
+    assert "inf2" in run_cli("--list", check_rc=0).stdout
+
+
+def test_tune_is_in_the_help():
+    done = subprocess.run([ZEROLAYER, "--help"], capture_output=True, text=True, check=True)
+    assert "tune" in done.stdout

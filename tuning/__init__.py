@@ -1,0 +1,1 @@
+"""Host tuning engine: ordered profiles, dry run, snapshot and exact revert."""
