@@ -1,0 +1,200 @@
+"""attach / upgrade / detach on real veth pairs, through the CLI as a user
+runs it: modes, foreign programs, in-place upgrade, pins, fresh processes."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from pyxdp import frames, generator, pins, traffic, xdp_netlink
+from xdp_helpers import flat_counters, load_foreign, one_line_error, stats, xdp_state
+
+
+def attach(cli, lab, *args, ifname=None):
+    proc = cli("attach", ifname or lab.dut.ifname, "--netns", lab.dut.netns, "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_auto_mode_on_veth_is_native_and_reported(cli, lab):
+    result = attach(cli, lab)
+    assert result["action"] == "attached"
+    assert result["mode"] == "native" == xdp_state(lab).mode
+    assert result["program_id"] == xdp_state(lab).prog_id
+    assert result["ports"] == [frames.DEFAULT_PORT] and result["on_malformed"] == "drop"
+    assert os.path.isdir(pins.pin_dir(lab.dut.ifname, lab.dut.netns))
+
+
+def test_auto_mode_falls_back_to_skb_and_says_why(cli, lab):
+    # lo has no native XDP support: auto must land in skb mode and say so
+    result = attach(cli, lab, ifname="lo")
+    assert result["mode"] == "skb" == xdp_state(lab, "lo").mode
+    assert "native mode unavailable" in result["note"]
+    assert cli("detach", "lo", "--netns", lab.dut.netns).returncode == 0
+
+
+def test_native_mode_where_unsupported_is_one_line(cli, lab):
+    line = one_line_error(cli("attach", "lo", "--netns", lab.dut.netns, "--mode", "native"))
+    assert "--mode skb" in line
+    assert xdp_state(lab, "lo").prog_id is None
+    assert not os.path.exists(pins.pin_dir("lo", lab.dut.netns)), "a failed attach left pins"
+
+
+def test_foreign_program_is_refused_and_kept(cli, lab, tmp_path):
+    bpf, fd = load_foreign(tmp_path)
+    state = xdp_state(lab)
+    xdp_netlink.attach(state.ifindex, fd, "native", netns=lab.dut.netns)
+    foreign_id = xdp_state(lab).prog_id
+
+    line = one_line_error(cli("attach", lab.dut.ifname, "--netns", lab.dut.netns))
+    assert "foreign_xdp" in line and "--replace" in line
+    assert xdp_state(lab).prog_id == foreign_id
+    one_line_error(cli("detach", lab.dut.ifname, "--netns", lab.dut.netns))
+    assert xdp_state(lab).prog_id == foreign_id, "detach touched a foreign program"
+
+    replaced = attach(cli, lab, "--replace")
+    assert replaced["action"] == "replaced" and replaced["program_id"] != foreign_id
+    assert cli("detach", lab.dut.ifname, "--netns", lab.dut.netns).returncode == 0
+    assert xdp_state(lab).prog_id is None
+
+
+def test_upgrade_in_place_never_leaves_the_interface_bare(cli, lab):
+    """Traffic runs while the program is upgraded. Every packet must be
+    counted by one program or the other (they share the pinned counters):
+    a moment without a program would let packets through uncounted."""
+    first = attach(cli, lab)
+    packet = bytes(traffic.udp_packet(lab, frames.encode(frames.FrameType.TOKEN, "t"), sport=40000))
+    gen = generator.LiveGenerator(lab.peer.ifname, lab.peer.netns)
+    sent, stop = [0], threading.Event()
+    seen_ids, bare = set(), []
+
+    def load():
+        while not stop.is_set():
+            sent[0] += gen.send(packet, 2000)
+
+    def watch():
+        while not stop.is_set():
+            state = xdp_state(lab)
+            seen_ids.add(state.prog_id)
+            if state.prog_id is None:
+                bare.append(time.monotonic())
+
+    threads = [threading.Thread(target=load), threading.Thread(target=watch)]
+    for t in threads:
+        t.start()
+    try:
+        second = attach(cli, lab)
+    finally:
+        time.sleep(0.2)
+        stop.set()
+        for t in threads:
+            t.join()
+    time.sleep(0.1)
+    assert second["action"] == "upgraded"
+    assert second["program_id"] != first["program_id"]
+    assert {first["program_id"], second["program_id"]} <= seen_ids
+    assert not bare, "netlink saw the interface without a program"
+    counted = flat_counters(cli, lab)
+    assert sent[0] > 0 and counted["packets"] == sent[0], (counted["packets"], sent[0])
+    assert counted["token_datagrams"] == sent[0]
+
+
+def test_upgrade_keeps_runtime_config_unless_given(cli, lab):
+    attach(cli, lab, "--port", "10000", "--port", "9977", "--on-malformed", "pass")
+    kept = attach(cli, lab)
+    assert kept["ports"] == [9977, 10000] and kept["on_malformed"] == "pass"
+    changed = attach(cli, lab, "--port", "7000")
+    assert changed["ports"] == [7000] and changed["on_malformed"] == "pass"
+
+
+def test_mode_change_on_upgrade_is_refused(cli, lab):
+    attach(cli, lab, "--mode", "native")
+    line = one_line_error(cli("attach", lab.dut.ifname, "--netns", lab.dut.netns, "--mode", "skb"))
+    assert "detach first" in line
+    assert xdp_state(lab).mode == "native"
+
+
+def test_detach_removes_program_and_pins(cli, lab):
+    attach(cli, lab)
+    proc = cli("detach", lab.dut.ifname, "--netns", lab.dut.netns, "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["action"] == "detached"
+    assert xdp_state(lab).prog_id is None
+    assert not os.path.exists(pins.netns_dir(lab.dut.netns))
+    assert "not attached" in one_line_error(cli("detach", lab.dut.ifname, "--netns", lab.dut.netns))
+
+
+def _prog_ids() -> set[int]:
+    out = subprocess.run(["bpftool", "prog", "list", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    return {p["id"] for p in json.loads(out)}
+
+
+def test_stats_and_status_from_a_fresh_process_load_nothing(cli, lab):
+    attached = attach(cli, lab)
+    traffic.send(lab, traffic.mixed_traffic(lab))
+    before = _prog_ids()
+    snap = stats(cli, lab)
+    status = json.loads(cli("status", "--netns", lab.dut.netns, "--json", check=True).stdout)
+    assert _prog_ids() == before, "stats/status loaded a program"
+    assert snap["program_id"] == attached["program_id"] and snap["mode"] == "native"
+    assert snap["counters"]["packets"] > 0
+    (row,) = [r for r in status["interfaces"] if r["interface"] == lab.dut.ifname]
+    assert row["owner"] == "zerolayer" and row["program_id"] == attached["program_id"]
+    assert row["ports"] == [frames.DEFAULT_PORT]
+
+
+def test_stats_of_an_interface_without_zerolayer(cli, lab):
+    assert "not attached" in one_line_error(cli("stats", lab.dut.ifname, "--netns", lab.dut.netns))
+
+
+def test_stale_pins_are_reported_and_reclaimed(cli, lab):
+    attach(cli, lab)
+    # someone removes our program with another tool
+    subprocess.run(["ip", "-n", lab.dut.netns, "link", "set", "dev", lab.dut.ifname, "xdp", "off"],
+                   check=True)
+    status = json.loads(cli("status", lab.dut.ifname, "--netns", lab.dut.netns, "--json").stdout)
+    assert status["interfaces"][0]["stale_pins"] is True
+    assert stats(cli, lab)["attached"] is False
+    fresh = attach(cli, lab)
+    assert fresh["action"] == "attached"
+    assert flat_counters(cli, lab)["packets"] == 0, "stale counters were reused"
+
+
+def test_config_changes_ports_without_reloading(cli, lab):
+    first = attach(cli, lab)
+    proc = cli("config", lab.dut.ifname, "--netns", lab.dut.netns, "--port", "10000", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["ports"] == [10000]
+    assert xdp_state(lab).prog_id == first["program_id"]
+    pkt = traffic.udp_packet(lab, frames.encode(frames.FrameType.TOKEN, "x"), sport=1, dport=10000)
+    traffic.send(lab, [pkt])
+    time.sleep(0.1)
+    assert flat_counters(cli, lab)["token_datagrams"] == 1
+
+
+def test_stats_watch_prints_rates_until_interrupted(lab):
+    from conftest import ZEROLAYER
+
+    from pyxdp import loader
+
+    loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+    packets = traffic.mixed_traffic(lab)
+    proc = subprocess.Popen([ZEROLAYER, "stats", lab.dut.ifname, "--netns", lab.dut.netns,
+                             "--watch", "0.2", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [json.loads(proc.stdout.readline())]  # the baseline is taken: now send
+        traffic.send(lab, packets)
+        while lines[-1]["counters"]["packets"] < len(packets):
+            lines.append(json.loads(proc.stdout.readline()))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and err == ""
+    assert all({"rates", "interval_s", "counters"} <= set(line) for line in lines)
+    # per-interval rates integrate back to the totals
+    assert sum(line["rates"]["packets"] * line["interval_s"] for line in lines) == pytest.approx(
+        len(packets), abs=1)

@@ -1,0 +1,43 @@
+"""Small helpers shared by the veth-based XDP tests."""
+
+import json
+
+from pyxdp import counters, xdp_netlink
+
+FOREIGN_C = "foreign_xdp.c"
+
+
+def stats(cli, lab) -> dict:
+    proc = cli("stats", lab.dut.ifname, "--netns", lab.dut.netns, "--json", check=True)
+    return json.loads(proc.stdout)
+
+
+def flat_counters(cli, lab) -> dict[str, int]:
+    return counters.flatten(stats(cli, lab)["counters"])
+
+
+def xdp_state(lab, ifname=None):
+    return xdp_netlink.query(ifname or lab.dut.ifname, lab.dut.netns)
+
+
+def load_foreign(tmp_path):
+    """Another tool's XDP program: it passes everything and is named so."""
+    src = tmp_path / "bpf"
+    src.mkdir(exist_ok=True)
+    (src / FOREIGN_C).write_text(
+        "#include <uapi/linux/bpf.h>\n"
+        "int foreign_xdp(struct xdp_md *ctx) { return XDP_PASS; }\n"
+    )
+    from bcc import BPF
+
+    bpf = BPF(src_file=str(src / FOREIGN_C).encode())
+    return bpf, bpf.load_func(b"foreign_xdp", BPF.XDP).fd
+
+
+def one_line_error(proc) -> str:
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("zerolayer: ")
+    return lines[0]
+
