@@ -8,6 +8,7 @@
 #include "zl_maps.h"
 #include "zl_parse.h"
 #include "zl_frames.h"
+#include "zl_flows.h"
 
 static __always_inline int zl_malformed(struct zl_counters *c, __u32 reason)
 {
@@ -25,11 +26,39 @@ static __always_inline int zl_malformed(struct zl_counters *c, __u32 reason)
 	return XDP_DROP;
 }
 
+/* Per-flow cadence (zl_flows.h): one clock read and, for a known flow, one
+ * hash lookup per token datagram. */
+static __always_inline void zl_track_flow(void *data, void *data_end,
+					  const struct zl_udp *udp, const struct zl_walk *w)
+{
+	struct zl_flow_key key = {};
+	struct zl_flow *f;
+	__u32 zero = 0;
+	__u64 now;
+
+	if (zl_flow_key(data, data_end, udp, &key))
+		return;
+	now = bpf_ktime_get_ns();
+	f = zl_flows.lookup(&key);
+	if (!f) {
+		struct zl_flow fresh = {};
+
+		fresh.first_ns = now;
+		/* NOEXIST: if another CPU added it meanwhile, keep theirs. */
+		zl_flows.insert(&key, &fresh);
+		f = zl_flows.lookup(&key);
+		if (!f)
+			return;
+	}
+	zl_flow_update(f, zl_gaps.lookup(&zero), w, now);
+}
+
 int zerolayer_xdp(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct zl_counters *c;
+	struct zl_config *cfg;
 	struct zl_udp udp;
 	struct zl_walk walk;
 	__u32 zero = 0, port;
@@ -59,15 +88,12 @@ int zerolayer_xdp(struct xdp_md *ctx)
 		return zl_malformed(c, walk.reason);
 
 	c->token_datagrams++;
-	/* Most datagrams carry one or two types: skip the absent ones. */
-#pragma unroll
-	for (int t = 0; t < ZL_FRAME_TYPES; t++) {
-		__u64 n = (walk.type_counts >> (t * 8)) & 0xff;
-
-		if (n)
-			c->frames[t] += n;
-	}
+	zl_add_frames(c->frames, walk.type_counts);
 	c->payload_bytes += walk.payload_bytes;
+
+	cfg = zl_config.lookup(&zero);
+	if (cfg && (cfg->flags & ZL_CONFIG_FLOWS))
+		zl_track_flow(data, data_end, &udp, &walk);
 
 	/* Most queues have no socket: look first (an inlined lookup) before
 	 * calling the redirect helper, whose flags argument is the action

@@ -30,4 +30,13 @@ ZL_MAP("array", __u32, __u8, zl_ports, 65536, "ports");
 /* AF_XDP sockets keyed by rx queue index. */
 ZL_XSKMAP(zl_xsks, ZL_XSKS_MAX, "xsks");
 
+/* Per-flow token cadence (zl_flows.h). An LRU hash: adding a flow to a
+ * full table evicts the least recently used one. Each element costs about
+ * 350 bytes of kernel memory, allocated up front (5.6 MiB per interface). */
+#define ZL_FLOWS_MAX 16384
+ZL_MAP("lru_hash", struct zl_flow_key, struct zl_flow, zl_flows, ZL_FLOWS_MAX, "flows");
+
+/* The interface's gap histogram, one element per CPU. */
+ZL_MAP("percpu_array", __u32, struct zl_gap_hist, zl_gaps, 1, "gaps");
+
 #endif

@@ -23,7 +23,10 @@ enum zl_l4_kind {
 struct zl_udp {
 	__u32 payload_off;
 	__u32 payload_end; /* from the UDP length field, checked against the packet */
+	__u32 l3_off;      /* the IP header, for whoever needs the source address */
+	__u16 sport;
 	__u16 dport;
+	__u8 ip_version;   /* 4 or 6 */
 };
 
 struct zl_vlan_hdr {
@@ -112,12 +115,15 @@ static __always_inline int zl_parse_udp(void *data, void *data_end,
 
 	if (zl_parse_eth(data, data_end, &l3_off, &proto))
 		return ZL_L4_OTHER;
-	if (proto == zl_htons(ZL_ETH_P_IP))
+	if (proto == zl_htons(ZL_ETH_P_IP)) {
 		kind = zl_parse_ipv4(data, data_end, l3_off, &l4_off);
-	else if (proto == zl_htons(ZL_ETH_P_IPV6))
+		udp->ip_version = 4;
+	} else if (proto == zl_htons(ZL_ETH_P_IPV6)) {
 		kind = zl_parse_ipv6(data, data_end, l3_off, &l4_off);
-	else
+		udp->ip_version = 6;
+	} else {
 		return ZL_L4_OTHER;
+	}
 	if (kind != ZL_L4_UDP)
 		return kind;
 
@@ -134,6 +140,8 @@ static __always_inline int zl_parse_udp(void *data, void *data_end,
 
 	udp->payload_off = l4_off + sizeof(*uh);
 	udp->payload_end = l4_off + ulen;
+	udp->l3_off = l3_off;
+	udp->sport = zl_ntohs(uh->source);
 	udp->dport = zl_ntohs(uh->dest);
 	return ZL_L4_UDP;
 }

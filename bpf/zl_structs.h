@@ -20,9 +20,49 @@ struct zl_counters {
 	__u64 malformed_passed;
 };
 
+/* zl_config.flags. Every bit's zero is the default, so a fresh map and one
+ * pinned before the flags existed (the field was reserved, zero) agree.
+ * Per-flow tracking is opt-in: it reads the clock and updates a hash per
+ * token datagram, several times what parsing the datagram costs. */
+#define ZL_CONFIG_FLOWS (1U << 0) /* per-flow tracking on */
+
 struct zl_config {
 	__u32 on_malformed; /* enum zl_policy */
-	__u32 reserved;
+	__u32 flags;        /* ZL_CONFIG_* */
+};
+
+/* Token gaps in log2 microsecond buckets: bucket 0 holds gaps under 1 us,
+ * bucket k (1..20) holds [2^(k-1), 2^k) us, the last holds 2^20 us
+ * (1.05 s) and longer. pyxdp/flows.py gap_bucket() is the reference. */
+#define ZL_GAP_BUCKETS 22
+
+/* A flow: one sender's token frames to one port. */
+struct zl_flow_key {
+	__u32 saddr[4];   /* network order; IPv4 uses saddr[0], the rest zero */
+	__u16 sport;      /* host order */
+	__u16 dport;      /* host order */
+	__u8 ip_version;  /* 4 or 6 */
+	__u8 pad[3];      /* zero: the key is hashed whole */
+};
+
+/* One per flow, shared by all CPUs (see zl_flows.h for why). Times are
+ * bpf_ktime_get_ns(), i.e. CLOCK_MONOTONIC. */
+struct zl_flow {
+	__u64 frames[ZL_FRAME_TYPES]; /* by type, request..pong */
+	__u64 payload_bytes;
+	__u64 datagrams;
+	__u64 first_ns;               /* first token datagram */
+	__u64 last_ns;                /* latest token datagram */
+	__u64 last_token_ns;          /* the gap clock; 0: reset by REQUEST or DONE */
+	__u64 gap_sum_ns;
+	__u64 gaps[ZL_GAP_BUCKETS];   /* one sample per TOKEN frame with a clock */
+};
+
+/* The gaps of every flow of the interface together, per CPU. Unlike a flow
+ * it is never evicted: its counts only grow, as Prometheus expects. */
+struct zl_gap_hist {
+	__u64 sum_ns;
+	__u64 buckets[ZL_GAP_BUCKETS];
 };
 
 #endif

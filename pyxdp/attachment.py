@@ -90,6 +90,7 @@ def describe(ins: Inspection) -> dict:
         with ZerolayerMaps.open_pinned(ins.pin_dir) as maps:
             out["ports"] = maps.ports()
             out["on_malformed"] = maps.on_malformed()
+            out["flow_tracking"] = maps.flows_enabled()
     return out
 
 

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import frames
+from . import bpfsys, frames
 from .bpf import SOURCE_DIR
 from .errors import ZerolayerError
 
@@ -21,7 +21,8 @@ TOKEN_PROGRAM = ("xdp_token.c", "zerolayer_xdp")
 PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
 
 # Map variables in bpf/zl_maps.h, by their pin names.
-TOKEN_MAPS = {"counters": "zl_counters", "config": "zl_config", "ports": "zl_ports", "xsks": "zl_xsks"}
+TOKEN_MAPS = {"counters": "zl_counters", "config": "zl_config", "ports": "zl_ports", "xsks": "zl_xsks",
+              "flows": "zl_flows", "gaps": "zl_gaps"}
 
 
 def source_dir() -> Path:
@@ -83,12 +84,18 @@ class Loaded:
     prog_fd: int
     prog_name: str
     map_fds: dict[str, int] = field(default_factory=dict)
+    # every loaded function's fd, FUNCTION's and ALSO's
+    prog_fds: dict[str, int] = field(default_factory=dict)
 
 
 def load(source: str, function: str, *, pin_dir: str | None = None,
-         maps: dict[str, str] | None = None) -> Loaded:
-    """Compile bpf/SOURCE and load FUNCTION as an XDP program. With PIN_DIR,
-    maps declared with ZL_MAP are pinned there, or reused when present."""
+         maps: dict[str, str] | None = None,
+         prog_type: int = bpfsys.BPF_PROG_TYPE_XDP, also: tuple[str, ...] = (),
+         cflags: tuple[str, ...] = ()) -> Loaded:
+    """Compile bpf/SOURCE and load FUNCTION, and the functions in ALSO, as
+    programs of PROG_TYPE (XDP unless told). With PIN_DIR, maps declared
+    with ZL_MAP are pinned there, or reused when present. CFLAGS are extra
+    -D definitions."""
     require_kernel_headers()
     try:
         from bcc import BPF
@@ -99,7 +106,7 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
         ) from None
 
     src = source_dir()
-    cflags = [f"-I{src}", f"-DZL_MAX_FRAMES={frames.MAX_FRAMES}"]
+    cflags = [f"-I{src}", f"-DZL_MAX_FRAMES={frames.MAX_FRAMES}", *cflags]
     if pin_dir:
         cflags.append(f'-DZL_PIN_DIR="{pin_dir}"')
     fd, log_path = tempfile.mkstemp(prefix="zerolayer-bcc-", suffix=".log")
@@ -113,16 +120,23 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
                 raise ZerolayerError(
                     f"compiling {source} failed: {_first_error(log_path)} (full log: {log_path})"
                 ) from None
-            try:
-                func = program.load_func(function.encode(), BPF.XDP)
-            except Exception as exc:
-                raise ZerolayerError(
-                    f"the kernel verifier rejected {function} ({exc}); "
-                    f"verifier log: {log_path}"
-                ) from None
+            prog_fds = {}
+            for name in (function, *also):
+                try:
+                    prog_fds[name] = program.load_func(name.encode(), prog_type).fd
+                except Exception as exc:
+                    raise ZerolayerError(
+                        f"the kernel verifier rejected {name} ({exc}); "
+                        f"verifier log: {log_path}"
+                    ) from None
         keep_log = False
         fds = {pin: program[var.encode()].map_fd for pin, var in (maps or {}).items()}
-        return Loaded(program, func.fd, function, fds)
+        return Loaded(program, prog_fds[function], function, fds, prog_fds)
     finally:
         if not keep_log:
             os.unlink(log_path)
+
+
+# The throughput floor of `zerolayer bench`: counts packets, passes them.
+COUNT_PROGRAM = ("xdp_count.c", "xdp_count_pass")
+COUNT_MAPS = {"count": "zl_count"}

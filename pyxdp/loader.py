@@ -29,6 +29,7 @@ class AttachResult:
     pin_dir: str
     ports: list[int]
     on_malformed: str
+    flow_tracking: bool
     note: str | None  # e.g. why native mode was not used
 
     def to_json(self) -> dict:
@@ -104,11 +105,12 @@ def _pin_program(prog_fd: int, pin_dir: str) -> None:
 
 
 def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | None = None,
-           replace: bool = False, netns: str | None = None) -> AttachResult:
+           flows: bool | None = None, replace: bool = False,
+           netns: str | None = None) -> AttachResult:
     """Attach zerolayer to IFNAME, or upgrade it in place if it runs there.
 
-    PORTS and ON_MALFORMED default to 9977 and drop on a first attach; on an
-    upgrade, options not given keep their current values."""
+    PORTS, ON_MALFORMED and FLOWS default to 9977, drop and off on a first
+    attach; on an upgrade, options not given keep their current values."""
     _preflight("zerolayer attach")
     if mode not in MODES:
         raise ZerolayerError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
@@ -141,9 +143,12 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
                 maps.set_on_malformed(on_malformed or "drop")
             if fresh or ports is not None:
                 maps.set_ports(ports or [frames.DEFAULT_PORT])
+            if fresh or flows is not None:
+                maps.set_flows_enabled(bool(flows))
             note = _attach(ifname, ins, loaded.prog_fd, modes, expected_fd)
             _pin_program(loaded.prog_fd, ins.pin_dir)
             final_ports, final_policy = maps.ports(), maps.on_malformed()
+            final_flows = maps.flows_enabled()
     except BaseException:
         if fresh:
             pins.remove_dir(ins.pin_dir)
@@ -156,7 +161,7 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
     return AttachResult(
         interface=ifname, netns=netns, action=action, mode=now.mode,
         requested_mode=mode, program_id=now.prog_id, pin_dir=ins.pin_dir,
-        ports=final_ports, on_malformed=final_policy, note=note,
+        ports=final_ports, on_malformed=final_policy, flow_tracking=final_flows, note=note,
     )
 
 

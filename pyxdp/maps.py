@@ -14,8 +14,15 @@ from . import bpfsys, counters, pins
 from .errors import ZerolayerError
 
 POLICIES = ("drop", "pass")  # enum zl_policy: index is the value
-CONFIG = struct.Struct("=II")  # struct zl_config
+CONFIG = struct.Struct("=II")  # struct zl_config: on_malformed, flags
+CONFIG_FLOWS = 1 << 0  # ZL_CONFIG_FLOWS: per-flow tracking on (off by default)
 KEY = struct.Struct("=I")
+GAP_BUCKETS = 22  # ZL_GAP_BUCKETS
+FLOW_KEY = struct.Struct("=16sHHB3x")  # struct zl_flow_key
+# struct zl_flow: frames by type, payload_bytes, datagrams, first_ns, last_ns,
+# last_token_ns, gap_sum_ns, gaps
+FLOW = struct.Struct(f"={len(counters.FRAME_LABELS)}Q6Q{GAP_BUCKETS}Q")
+GAP_HIST = struct.Struct(f"=Q{GAP_BUCKETS}Q")  # struct zl_gap_hist: sum_ns, buckets
 PORT_SLOTS = 65536
 MAX_PORTS = 64
 
@@ -32,6 +39,8 @@ SPECS = {
     "config": MapSpec(4, CONFIG.size, 1),
     "ports": MapSpec(4, 1, PORT_SLOTS),
     "xsks": MapSpec(4, 4, None),
+    "flows": MapSpec(FLOW_KEY.size, FLOW.size, None),
+    "gaps": MapSpec(4, GAP_HIST.size, 1),
 }
 
 
@@ -123,12 +132,24 @@ class ZerolayerMaps:
 
     # --- config -------------------------------------------------------------------
 
+    def _config(self) -> tuple[int, int]:
+        return CONFIG.unpack(self["config"].lookup(0))
+
     def on_malformed(self) -> str:
-        policy, _ = CONFIG.unpack(self["config"].lookup(0))
+        policy, _ = self._config()
         return POLICIES[policy] if policy < len(POLICIES) else f"unknown({policy})"
 
     def set_on_malformed(self, policy: str) -> None:
-        self["config"].update(0, CONFIG.pack(POLICIES.index(policy), 0))
+        _, flags = self._config()
+        self["config"].update(0, CONFIG.pack(POLICIES.index(policy), flags))
+
+    def flows_enabled(self) -> bool:
+        return bool(self._config()[1] & CONFIG_FLOWS)
+
+    def set_flows_enabled(self, enabled: bool) -> None:
+        policy, flags = self._config()
+        flags = flags | CONFIG_FLOWS if enabled else flags & ~CONFIG_FLOWS
+        self["config"].update(0, CONFIG.pack(policy, flags))
 
     def ports(self) -> list[int]:
         m = self["ports"]

@@ -4,7 +4,7 @@
   /sys/fs/bpf/zerolayer/ns:NETNS/IFACE/   an interface inside named netns NETNS
 
 ':' can never appear in an interface name, so the two cannot collide.
-Inside a pin dir: prog, counters, config, ports, xsks.
+Inside a pin dir: prog, counters, config, ports, xsks, flows, gaps.
 """
 
 import contextlib
@@ -18,7 +18,7 @@ NETNS_PREFIX = "ns:"
 
 PROG = "prog"
 PROG_STAGING = "prog_new"  # bpffs refuses '.' in names
-MAPS = ("counters", "config", "ports", "xsks")
+MAPS = ("counters", "config", "ports", "xsks", "flows", "gaps")
 
 
 def require_bpffs() -> None:
@@ -30,6 +30,11 @@ def require_bpffs() -> None:
                 fstype = kind  # the last mount on a path is the one in effect
     if fstype == "bpf":
         return
+    if _in_other_netns():
+        raise ZerolayerError(
+            f"bpffs is not visible on {BPFFS} here (`ip netns exec` mounts a fresh /sys): "
+            "run zerolayer from the host with --netns NS instead"
+        )
     raise ZerolayerError(
         f"bpffs is not mounted on {BPFFS}: run `mount -t bpf bpf {BPFFS}` "
         "(vagrant/provision.sh does this)"
@@ -41,6 +46,15 @@ def _check_name(kind: str, name: str) -> str:
     if not name or name in (".", "..") or any(c in name for c in '/"\\'):
         raise ZerolayerError(f"invalid {kind} name {name!r}")
     return name
+
+
+def _in_other_netns() -> bool:
+    """True inside a network namespace other than the initial one (pid 2,
+    kthreadd, always lives in the initial one)."""
+    try:
+        return os.stat("/proc/self/ns/net").st_ino != os.stat("/proc/2/ns/net").st_ino
+    except OSError:
+        return False
 
 
 def netns_dir(netns: str | None) -> str:

@@ -8,7 +8,7 @@ from .privileges import require_bpf_admin
 
 
 def update(ifname: str, netns: str | None = None, *, ports=None,
-           on_malformed: str | None = None) -> dict:
+           on_malformed: str | None = None, flows: bool | None = None) -> dict:
     """Apply what is given; return the configuration now in effect."""
     require_bpf_admin("zerolayer config")
     pins.require_bpffs()
@@ -22,5 +22,7 @@ def update(ifname: str, netns: str | None = None, *, ports=None,
             maps.set_ports(ports)
         if on_malformed:
             maps.set_on_malformed(on_malformed)
+        if flows is not None:
+            maps.set_flows_enabled(flows)
         return {"interface": ifname, "netns": netns, "ports": maps.ports(),
-                "on_malformed": maps.on_malformed()}
+                "on_malformed": maps.on_malformed(), "flow_tracking": maps.flows_enabled()}

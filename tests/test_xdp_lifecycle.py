@@ -26,6 +26,7 @@ def test_auto_mode_on_veth_is_native_and_reported(cli, lab):
     assert result["mode"] == "native" == xdp_state(lab).mode
     assert result["program_id"] == xdp_state(lab).prog_id
     assert result["ports"] == [frames.DEFAULT_PORT] and result["on_malformed"] == "drop"
+    assert result["flow_tracking"] is False, "per-flow tracking is opt-in"
     assert os.path.isdir(pins.pin_dir(lab.dut.ifname, lab.dut.netns))
 
 
@@ -104,11 +105,13 @@ def test_upgrade_in_place_never_leaves_the_interface_bare(cli, lab):
 
 
 def test_upgrade_keeps_runtime_config_unless_given(cli, lab):
-    attach(cli, lab, "--port", "10000", "--port", "9977", "--on-malformed", "pass")
+    attach(cli, lab, "--port", "10000", "--port", "9977", "--on-malformed", "pass", "--flows", "on")
     kept = attach(cli, lab)
     assert kept["ports"] == [9977, 10000] and kept["on_malformed"] == "pass"
-    changed = attach(cli, lab, "--port", "7000")
+    assert kept["flow_tracking"] is True
+    changed = attach(cli, lab, "--port", "7000", "--flows", "off")
     assert changed["ports"] == [7000] and changed["on_malformed"] == "pass"
+    assert changed["flow_tracking"] is False
 
 
 def test_mode_change_on_upgrade_is_refused(cli, lab):
@@ -166,8 +169,12 @@ def test_stale_pins_are_reported_and_reclaimed(cli, lab):
 
 def test_config_changes_ports_without_reloading(cli, lab):
     first = attach(cli, lab)
-    proc = cli("config", lab.dut.ifname, "--netns", lab.dut.netns, "--port", "10000", "--json")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["ports"] == [10000]
+    proc = cli("config", lab.dut.ifname, "--netns", lab.dut.netns, "--port", "10000",
+               "--flows", "on", "--json")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) | {"netns": None} == {
+        "interface": lab.dut.ifname, "netns": None, "ports": [10000], "on_malformed": "drop",
+        "flow_tracking": True}
     assert xdp_state(lab).prog_id == first["program_id"]
     pkt = traffic.udp_packet(lab, frames.encode(frames.FrameType.TOKEN, "x"), sport=1, dport=10000)
     traffic.send(lab, [pkt])

@@ -9,6 +9,15 @@ netns_option = click.option(
     help="The interface is in named network namespace NS (see `ip netns list`).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+flows_option = click.option(
+    "--flows", type=click.Choice(["on", "off"]), default=None,
+    help="Per-flow token cadence tracking (off by default: it costs a clock read and a "
+         "hash update per token datagram).",
+)
+
+
+def _on(value: str | None) -> bool | None:
+    return None if value is None else value == "on"
 
 
 @click.command()
@@ -19,21 +28,24 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON."
               help="UDP destination port carrying token frames (repeat; default 9977).")
 @click.option("--on-malformed", type=click.Choice(["drop", "pass"]), default=None,
               help="What to do with malformed datagrams (default drop).")
+@flows_option
 @click.option("--replace", is_flag=True, help="Replace an XDP program another tool attached.")
 @netns_option
 @json_option
-def attach(iface, mode, ports, on_malformed, replace, netns, as_json):
+def attach(iface, mode, ports, on_malformed, flows, replace, netns, as_json):
     """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
     from .. import loader
 
     result = loader.attach(iface, mode=mode, ports=list(ports) or None,
-                           on_malformed=on_malformed, replace=replace, netns=netns)
+                           on_malformed=on_malformed, flows=_on(flows), replace=replace,
+                           netns=netns)
     if as_json:
         emit_json(result.to_json())
         return
     click.echo(
         f"{result.action} {iface}: {result.mode} mode, program id {result.program_id}, "
-        f"ports {','.join(map(str, result.ports))}, malformed datagrams: {result.on_malformed}"
+        f"ports {','.join(map(str, result.ports))}, malformed datagrams: {result.on_malformed}, "
+        f"flow tracking {'on' if result.flow_tracking else 'off'}"
     )
     if result.note:
         click.echo(f"note: {result.note}")
@@ -76,21 +88,34 @@ def status(iface, netns, as_json):
     for r in rows:
         ports = ",".join(map(str, r["ports"])) if r.get("ports") else None
         owner = r["owner"] or ("stale pins" if r["stale_pins"] else None)
+        flows = {True: "on", False: "off"}.get(r.get("flow_tracking"))
         out.append([r["interface"], r["mode"], r["program_name"], r["program_id"],
-                    owner, ports, r.get("on_malformed")])
-    click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PORTS", "MALFORMED"], out))
+                    owner, ports, r.get("on_malformed"), flows])
+    click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PORTS", "MALFORMED",
+                      "FLOWS"], out))
 
 
 @click.command()
 @click.argument("iface")
 @click.option("--watch", type=float, metavar="SECONDS", default=None,
               help="Print per-second rates every SECONDS until interrupted.")
+@click.option("--flows", "show_flows", is_flag=True,
+              help="Show per-flow token rates and gap percentiles (most tokens first).")
+@click.option("--top", type=click.IntRange(min=1), metavar="N", default=None,
+              help="With --flows: only the N flows with the most tokens.")
 @netns_option
 @json_option
-def stats(iface, watch, netns, as_json):
+def stats(iface, watch, show_flows, top, netns, as_json):
     """Show the counters of zerolayer on IFACE, read from its pinned maps."""
     from .. import stats as stats_mod
 
+    if top is not None and not show_flows:
+        raise click.UsageError("--top goes with --flows")
+    if show_flows:
+        if watch is not None:
+            raise click.UsageError("--flows is a snapshot: for live per-flow rates run `zerolayer top`")
+        _print_flows(iface, netns, top, as_json)
+        return
     if watch is None:
         snap = stats_mod.read(iface, netns)
         if as_json:
@@ -120,24 +145,50 @@ def stats(iface, watch, netns, as_json):
         pass
 
 
+def _print_flows(iface, netns, top, as_json) -> None:
+    from .. import flows
+
+    snap = flows.report(iface, netns, top)
+    if as_json:
+        emit_json(snap)
+        return
+    state = f"{snap['mode']} mode, program id {snap['program_id']}" if snap["attached"] \
+        else "not attached (stale pins)"
+    tracking = "on" if snap["flow_tracking"] else "OFF (no new samples)"
+    click.echo(f"{iface}: {state}; flow tracking {tracking}; "
+               f"{number(snap['flows_total'])} of {number(snap['flows_capacity'])} flows in the table"
+               + (f", showing {len(snap['flows'])}" if top else ""))
+    rows = []
+    for f in snap["flows"]:
+        pct = flows.percentile_labels(f["gap_histogram"])
+        rate = f["tokens_per_s"]
+        rows.append([f["src"], f["dport"], number(f["frames"]["token"]),
+                     "-" if rate is None else number(rate), pct["p50"], pct["p90"], pct["p99"],
+                     number(f["datagrams"]), f"{f['idle_s']:.1f}s"])
+    click.echo(table(["SRC", "DPORT", "TOKENS", "TOKENS/S", "GAP P50", "P90", "P99",
+                      "DATAGRAMS", "IDLE"], rows))
+
+
 @click.command()
 @click.argument("iface")
 @click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True,
               help="Make the token port set exactly these (repeat).")
 @click.option("--on-malformed", type=click.Choice(["drop", "pass"]), default=None)
+@flows_option
 @netns_option
 @json_option
-def config(iface, ports, on_malformed, netns, as_json):
+def config(iface, ports, on_malformed, flows, netns, as_json):
     """Show or change the running configuration of IFACE, without reloading."""
     from .. import runtime_config
 
     cfg = runtime_config.update(iface, netns, ports=list(ports) or None,
-                                on_malformed=on_malformed)
+                                on_malformed=on_malformed, flows=_on(flows))
     if as_json:
         emit_json(cfg)
         return
     click.echo(f"{iface}: ports {','.join(map(str, cfg['ports']))}, "
-               f"malformed datagrams: {cfg['on_malformed']}")
+               f"malformed datagrams: {cfg['on_malformed']}, "
+               f"flow tracking {'on' if cfg['flow_tracking'] else 'off'}")
 
 
 COMMANDS = [attach, detach, status, stats, config]

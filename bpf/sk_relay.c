@@ -1,0 +1,125 @@
+/* zerolayer's TCP frame relay: SK_SKB programs on a sockhash. The stream
+ * parser cuts each relayed socket's byte stream into messages of whole
+ * frames; the verdict redirects each message to the paired socket, so frames
+ * go from upstream to client (and requests the other way) without entering
+ * userspace, and never a partial one. */
+#include <uapi/linux/bpf.h>
+
+#include "zl_consts.h"
+#include "zl_endian.h"
+#include "zl_sk_structs.h"
+#include "zl_sk_maps.h"
+#include "zl_stream.h"
+
+/* Breaks the stream: the stream parser stops and gives the socket the
+ * error. It may call the parser once more on data already in hand before it
+ * stops, so the reason is counted once per stream. */
+static __always_inline int zl_sk_break(struct zl_sk_counters *c, struct zl_sk_conn *conn,
+				       __u32 reason)
+{
+	if (conn) {
+		if (conn->broken)
+			return zl_sk_errno(conn->broken);
+		conn->broken = reason;
+	}
+	if (c && reason >= 1 && reason <= ZL_SK_REASONS)
+		c->malformed[reason - 1]++;
+	return zl_sk_errno(reason);
+}
+
+/* Returns the length of the next message: the whole frames in hand from
+ * where it starts (at least one), or the first frame's length when it is
+ * still arriving; 0 while its header is incomplete; or a negative errno that
+ * breaks the stream. A bad header after good frames ends the message before
+ * it; the next call breaks the stream there. */
+int zl_sk_parser(struct __sk_buff *skb)
+{
+	struct zl_sk_counters *c;
+	struct zl_sk_config *cfg;
+	struct zl_sk_conn *conn;
+	__u64 cookie = bpf_get_socket_cookie(skb);
+	__u32 zero = 0, reason, max_length, avail, total, len;
+	__u64 types;
+	__u8 type;
+
+	c = zl_sk_counters.lookup(&zero);
+	conn = zl_sk_conns.lookup(&cookie);
+	if (!conn)
+		return zl_sk_break(c, conn, ZL_SK_DESYNC); /* not a socket we paired */
+	if (conn->broken)
+		return zl_sk_errno(conn->broken);
+	reason = zl_stream_place(skb, conn);
+	if (reason)
+		return zl_sk_break(c, conn, reason);
+	conn->seen_end = conn->next_seq - conn->msg_off + skb->len;
+	avail = skb->len - conn->msg_off;
+	if (avail < ZL_FRAME_HDR_LEN)
+		return 0;
+	if (zl_stream_header(skb, conn->msg_off, &len, &type))
+		return zl_sk_break(c, conn, ZL_SK_DESYNC);
+	cfg = zl_sk_config.lookup(&zero);
+	max_length = cfg ? cfg->max_length : 0;
+	reason = zl_stream_judge(len, type, max_length);
+	if (reason)
+		return zl_sk_break(c, conn, reason);
+
+	total = ZL_FRAME_HDR_LEN + len;
+	types = zl_stream_type_bit(type);
+	if (total <= avail) {
+		/* More whole frames in hand join the message. */
+		for (int i = 1; i < ZL_SK_BATCH; i++) {
+			if (avail - total < ZL_FRAME_HDR_LEN ||
+			    zl_stream_header(skb, conn->msg_off + total, &len, &type) ||
+			    zl_stream_judge(len, type, max_length) ||
+			    ZL_FRAME_HDR_LEN + len > avail - total)
+				break;
+			total += ZL_FRAME_HDR_LEN + len;
+			types += zl_stream_type_bit(type);
+		}
+	}
+	conn->msg_len = total;
+	conn->msg_types = types;
+	return total;
+}
+
+/* Called once per message, after the parser found its length. */
+int zl_sk_verdict(struct __sk_buff *skb)
+{
+	struct zl_sk_counters *c;
+	struct zl_sk_conn *conn;
+	__u64 cookie = bpf_get_socket_cookie(skb);
+	__u32 zero = 0, msg_len, start;
+	__u64 types, frames = 0;
+	int verdict;
+
+	c = zl_sk_counters.lookup(&zero);
+	conn = zl_sk_conns.lookup(&cookie);
+	if (!c || !conn)
+		return SK_DROP;
+	msg_len = conn->msg_len;
+	types = conn->msg_types;
+#pragma unroll
+	for (int t = 0; t < ZL_FRAME_TYPES; t++) {
+		__u64 n = (types >> (t * 8)) & 0xff;
+
+		c->frames[t] += n;
+		frames += n;
+	}
+	c->payload_bytes += msg_len - ZL_FRAME_HDR_LEN * frames;
+	start = conn->next_seq - conn->msg_off;
+	conn->next_seq += msg_len;
+	conn->seen_end = start + skb->len;
+	conn->in_msg = 0;
+	conn->msg_len = 0;
+	conn->msg_types = 0;
+
+	verdict = bpf_sk_redirect_hash(skb, zl_sk_socks, &conn->peer, 0);
+	if (verdict == SK_PASS) {
+		conn->frames += frames;
+		conn->frame_bytes += msg_len;
+		c->redirected += frames;
+	} else {
+		c->no_peer += frames;
+	}
+	return verdict;
+}

@@ -1,0 +1,17 @@
+/* The throughput floor for `zerolayer bench`: count every packet, pass it.
+ * What zerolayer's program is compared against on a live interface: the
+ * least a program can do and still say how many packets it saw. */
+#include <uapi/linux/bpf.h>
+
+/* One slot per CPU, like zerolayer's counters: no atomics, no sharing. */
+BPF_PERCPU_ARRAY(zl_count, __u64, 1);
+
+int xdp_count_pass(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	__u64 *n = zl_count.lookup(&zero);
+
+	if (n)
+		*n += 1;
+	return XDP_PASS;
+}

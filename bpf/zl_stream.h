@@ -1,0 +1,100 @@
+/* Framing a TCP byte stream (DESIGN.md section 1, TCP transport) for the
+ * kernel's stream parser.
+ *
+ * The stream parser hands an SK_SKB program an skb whose data starts where
+ * the TCP segment starts, not where the message starts: after a message that
+ * ended mid-segment, the next one begins part-way in, at an offset
+ * (strp_msg->offset) the program is not told. We work it out from TCP
+ * sequence numbers. An SK_SKB program's __sk_buff->cb[] is a scratch area at
+ * the start of the skb's control block, and there TCP's control block keeps
+ * the sequence number of the segment's first byte (the stream parser's clone
+ * copies it): cb[0] is that number. Each message starts where the previous
+ * one ended, so the difference is the offset.
+ *
+ * That is the kernel's internal layout (6.18 here), not an interface: the
+ * relay checks it at start-up on a loopback pair (RelayDataPath.self_check)
+ * and refuses to run where it does not hold. Kept per socket instead, the
+ * offset would go wrong silently after a retransmitted segment that
+ * overlaps data already received. */
+#ifndef ZL_STREAM_H
+#define ZL_STREAM_H
+
+#include <uapi/linux/bpf.h>
+#include <uapi/asm-generic/errno.h>
+
+#include "zl_consts.h"
+#include "zl_endian.h"
+#include "zl_sk_structs.h"
+
+/* What a parser's negative return becomes: the stream parser stops and sets
+ * it as the socket's error, where the relay reads it (SO_ERROR) as the
+ * reason. EMSGSIZE is also what the stream parser itself reports for a
+ * frame longer than the socket's receive buffer. */
+static __always_inline int zl_sk_errno(__u32 reason)
+{
+	switch (reason) {
+	case ZL_SK_UNKNOWN_TYPE:
+		return -EBADMSG;
+	case ZL_SK_OVERSIZE:
+		return -EMSGSIZE;
+	default:
+		return -EPROTO;
+	}
+}
+
+/* Judges a frame header: 0 when valid, or an enum zl_sk_reason. The loader
+ * keeps max_length below 2^31 - 5, so a frame's length fits the parser's
+ * int return. */
+static __always_inline __u32 zl_stream_judge(__u32 len, __u8 type, __u32 max_length)
+{
+	if ((__u32)(type - 1) >= ZL_FRAME_TYPES)
+		return ZL_SK_UNKNOWN_TYPE;
+	if (len > max_length)
+		return ZL_SK_OVERSIZE;
+	return 0;
+}
+
+/* Places the current message in SKB on the first call for it: sets
+ * c->msg_off, or returns ZL_SK_DESYNC. Later calls for the same message (its
+ * first header was incomplete) get the same skb, grown, and the same offset. */
+static __always_inline __u32 zl_stream_place(struct __sk_buff *skb, struct zl_sk_conn *c)
+{
+	__u32 seg_seq = skb->cb[0];
+	__u32 off;
+
+	if (c->in_msg)
+		return 0;
+	if (!c->started) {
+		/* The relay never reads: the first segment starts the stream. */
+		c->started = 1;
+		c->first_seq = seg_seq;
+		c->next_seq = seg_seq;
+	}
+	off = c->next_seq - seg_seq;
+	if (off >= skb->len)
+		return ZL_SK_DESYNC;
+	c->msg_off = off;
+	c->in_msg = 1;
+	c->msg_len = 0;
+	return 0;
+}
+
+/* Reads the frame header at OFF of SKB: 0, or -1 when SKB is too short. */
+static __always_inline int zl_stream_header(struct __sk_buff *skb, __u32 off,
+					    __u32 *len, __u8 *type)
+{
+	__u8 hdr[ZL_FRAME_HDR_LEN];
+
+	if (bpf_skb_load_bytes(skb, off, hdr, sizeof(hdr)))
+		return -1;
+	*len = zl_ntohl(*(__u32 *)hdr);
+	*type = hdr[4];
+	return 0;
+}
+
+static __always_inline __u64 zl_stream_type_bit(__u8 type)
+{
+	return 1ULL << ((type - 1) * 8);
+}
+
+#endif

@@ -1,0 +1,178 @@
+"""`zerolayer bench` and `zerolayer replay`: measurements and traffic, each on
+a lab it builds itself (or, for replay, into an interface you name)."""
+
+import os
+
+import click
+
+from .render import emit_json, number, table
+from .xdp_commands import json_option, netns_option
+
+
+def _preflight(action: str) -> None:
+    from ..pins import require_bpffs
+    from ..privileges import require_bpf_admin
+
+    require_bpf_admin(action)
+    require_bpffs()
+
+
+def _check_writable(path: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise click.BadParameter(f"cannot write into {parent}", param_hint="--plot")
+
+
+@click.command()
+@json_option
+@click.option("--plot", "plot_path", metavar="FILE.png", default=None,
+              help="Also draw the results, side by side, into a PNG.")
+@click.option("--quick", is_flag=True,
+              help="Fewer, shorter rounds: every figure, none worth quoting (for CI).")
+def bench(as_json, plot_path, quick):
+    """Measure zerolayer against its floors, side by side, on a veth lab."""
+    from .. import bench as bench_mod
+
+    _preflight("zerolayer bench")
+    if plot_path:
+        from ..bench_plot import require_matplotlib
+
+        _check_writable(plot_path)
+        require_matplotlib()  # before minutes of measuring, not after
+    say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+    report = bench_mod.run(quick=quick, progress=say)
+    if plot_path:
+        from ..bench_plot import write
+
+        write(report, plot_path)
+        report["plot"] = plot_path
+    if as_json:
+        emit_json(report)
+        return
+    click.echo("")
+    click.echo(_render(report))
+    if plot_path:
+        click.echo(f"\nplot: {plot_path}")
+
+
+def _fig(f, fmt="{:,.1f}") -> list[str]:
+    return [fmt.format(f["median"]), fmt.format(f["min"]), fmt.format(f["max"])]
+
+
+def _render(r: dict) -> str:
+    m = r["machine"]
+    where = (f"{m.get('cpu_model') or m['arch']}, {m['cpus']} CPUs, Linux {m['kernel']}"
+             + (", virtualized" if m.get("virtualized") else ""))
+    out = [f"zerolayer bench{' (quick: not for quoting)' if r['quick'] else ''} on {where}, "
+           f"{r['duration_s']} s; medians of rounds, with min and max", ""]
+
+    out.append("1. Parser cost, ns per datagram, BPF_PROG_TEST_RUN")
+    out.append(f"   ({r['parser_method']})")
+    rows = []
+    for n in r["parser_ns"]:
+        rows.append([n, *_fig(r["parser_ns"][n]), *_fig(r["pass_floor_ns"][n]),
+                     *_fig(r["parser_ratio"][n], "{:.2f}x")])
+    out.append(table(["FRAMES", "ZEROLAYER", "MIN", "MAX", "XDP_PASS", "MIN", "MAX",
+                      "RATIO", "MIN", "MAX"], rows))
+
+    out += ["", f"2. XDP path on veth, {r['xdp_mode']} mode, datagrams/s counted on dut0 "
+                f"({r['xdp_load']})"]
+    out.append(table(["PROGRAM", "MEDIAN", "MIN", "MAX"], [
+        ["zerolayer", *_fig(r["zerolayer_dps"], "{:,.0f}")],
+        ["count-and-pass", *_fig(r["pass_counter_dps"], "{:,.0f}")],
+        ["ratio", *_fig(r["xdp_ratio"], "{:.2f}x")],
+    ]))
+    out.append(f"generator: {r['generator_pps']:,.0f} frames/s flat out; dut0 saw "
+               f"{number(r['seen_by_dut'])} of {number(r['generator_sent'])} frames sent")
+
+    out += ["", f"3. Delivery into Python, frames/s ({number(r['delivery_frames_offered'])} "
+                "offered per round)"]
+    out.append(table(["CONSUMER", "MEDIAN", "MIN", "MAX", "LOST (MEDIAN)"], [
+        [f"AF_XDP ({r['xsk_mode']} mode)", *_fig(r["xsk_fps"], "{:,.0f}"),
+         number(r["xsk_lost"]["median"])],
+        ["UDP socket recv_into", *_fig(r["udp_fps"], "{:,.0f}"), number(r["udp_lost"]["median"])],
+        ["ratio", *_fig(r["delivery_ratio"], "{:.2f}x"), ""],
+    ]))
+
+    out += ["", "Targets"]
+    for t in r["targets"]:
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
+        if t["kind"] == "goal" and t["met"] is False:
+            verdict = "not reached"
+        measured = "-" if t["measured"] is None else f"{t['measured']:.2f}x"
+        out.append(f"  {t['kind']:<6} {t['what']}: {t['bound']}x, measured {measured}: {verdict}")
+    return "\n".join(out)
+
+
+@click.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.option("--iface", metavar="IFACE", default=None,
+              help="Send out of IFACE. Without it, replay into a lab built for the run.")
+@netns_option
+@click.option("--speed", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Speed-up factor on the recorded cadence.")
+@click.option("--topspeed", is_flag=True, help="Ignore the cadence: send as fast as possible.")
+@click.option("--streams", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="Copies of the recording played at once.")
+@click.option("--port", type=click.IntRange(1, 65535), default=9977, show_default=True,
+              help="Token port (destination of transcript datagrams; zerolayer's port in a lab).")
+@click.option("--dst", "destinations", metavar="ADDRESS", multiple=True,
+              help="With --iface, a transcript's destination (one IPv4, one IPv6).")
+@click.option("--dst-mac", metavar="MAC", default=None,
+              help="With --iface, the destination MAC (default: the neighbour entry).")
+@json_option
+def replay(source, iface, netns, speed, topspeed, streams, port, destinations, dst_mac, as_json):
+    """Replay a pcap or a JSONL transcript of token streams, with its cadence.
+
+    SOURCE is a capture (pcap/pcapng of Ethernet frames, sent byte for byte)
+    or a transcript: one JSON object per line, a request and its tokens with
+    timestamps (see examples/transcript.jsonl)."""
+    from .. import replay as replay_mod
+
+    if not iface and (netns or destinations or dst_mac):
+        raise click.UsageError("--netns, --dst and --dst-mac go with --iface")
+    pace = None if topspeed else speed
+    if iface:
+        route = None
+        if replay_mod.source_format(source) == "jsonl":
+            route = replay_mod.route_from_interface(iface, netns, destinations, dst_mac)
+        timeline = replay_mod.load(source, route, streams=streams, port=port)
+        result = replay_mod.replay_packets(timeline, iface, netns, speed=pace, streams=streams)
+        if as_json:
+            emit_json({"source": source, **result.to_json()})
+        else:
+            click.echo(_replay_line(result))
+        return
+
+    _preflight("zerolayer replay")
+    say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+    report = replay_mod.replay_in_lab(source, streams=streams, speed=pace, port=port, progress=say)
+    if as_json:
+        emit_json({"source": source, **report.to_json()})
+    else:
+        click.echo(_replay_line(report.result))
+        rows = [[k, number(report.counters[k]), number(report.expected[k]),
+                 "" if report.counters[k] == report.expected[k] else "MISMATCH"]
+                for k in report.counters]
+        click.echo("\nXDP counters on dut0, against the reference judge's expectation:")
+        click.echo(table(["COUNTER", "COUNTED", "EXPECTED", ""], rows))
+    if not report.matches:
+        from ..errors import ZerolayerError
+
+        bad = [k for k in report.counters if report.counters[k] != report.expected[k]]
+        raise ZerolayerError("counters disagree with the reference judge on " + ", ".join(bad))
+
+
+def _replay_line(res) -> str:
+    where = f"{res.interface}" + (f" (netns {res.netns})" if res.netns else "")
+    if res.speed is None:
+        pace = "at top speed"
+    else:
+        pace = (f"over {res.elapsed_s:.3f} s (recording: {res.span_s:.3f} s at {res.speed:g}x); "
+                f"frames left {res.late_median_ms:.3f} ms late (median), "
+                f"{res.late_max_ms:.3f} ms at most")
+    return (f"replayed {number(res.sent)} frames ({number(res.bytes)} bytes, {res.streams} "
+            f"stream{'s' if res.streams != 1 else ''}) out of {where} {pace}")
+
+
+COMMANDS = [bench, replay]

@@ -1,0 +1,196 @@
+"""`zerolayer exporter`: after a known replay, /metrics (parsed with
+prometheus_client's own parser) says what the reference judge says, and the
+gap histogram holds what the replay's streams imply. Also its errors, its
+clean stop, its AF_XDP part, and the Grafana dashboard's metric names."""
+
+import json
+import re
+import signal
+import socket
+import struct
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ZEROLAYER
+from pyxdp import counters, exporter, frames, loader, traffic
+from pyxdp.frames import FrameType
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "grafana" / "zerolayer-dashboard.json"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def running_exporter():
+    port = free_port()
+    proc = subprocess.Popen([ZEROLAYER, "exporter", "--listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the exporter did not come up: {proc.communicate()}")
+                time.sleep(0.1)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def scrape(url: str) -> dict:
+    """{(name, frozenset(labels)): value} of every sample."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples, name, **labels):
+    return samples[(name, frozenset(labels.items()))]
+
+
+def test_metrics_after_a_known_replay(lab, running_exporter):
+    proc, url = running_exporter
+    loader.attach(lab.dut.ifname, flows=True, netns=lab.dut.netns)
+    try:
+        packets = traffic.mixed_traffic(lab, streams=5)
+        want = traffic.expected_counters(packets)
+        traffic.send(lab, packets)
+        time.sleep(0.2)
+        got = scrape(url)
+        me = {"interface": lab.dut.ifname, "netns": lab.dut.netns}
+        assert value(got, "zerolayer_attached", **me) == 1
+        info = [dict(k[1]) for k in got if k[0] == "zerolayer_xdp_info" and dict(k[1]).get("netns") == lab.dut.netns]
+        assert len(info) == 1 and info[0]["mode"] == "native"
+
+        plain = {"packets": "zerolayer_packets_total", "other": "zerolayer_other_packets_total",
+                 "fragments": "zerolayer_fragments_total",
+                 "token_datagrams": "zerolayer_token_datagrams_total",
+                 "payload_bytes": "zerolayer_payload_bytes_total",
+                 "redirected": "zerolayer_redirected_total",
+                 "fallback_passed": "zerolayer_fallback_passed_total",
+                 "malformed_dropped": "zerolayer_malformed_dropped_total",
+                 "malformed_passed": "zerolayer_malformed_passed_total"}
+        for key, name in plain.items():
+            assert value(got, name, **me) == want[key], key
+        for t in counters.FRAME_LABELS:
+            assert value(got, "zerolayer_frames_total", type=t, **me) == want[f"frames.{t}"], t
+        for r in counters.REASONS:
+            assert value(got, "zerolayer_malformed_total", reason=r, **me) == want[f"malformed.{r}"], r
+
+        # Gap samples the replay implies: every token but each stream's
+        # first; bucket 0 holds the tokens that shared a datagram (scapy
+        # sends datagrams far more than 1 us apart).
+        convs = traffic.conversations(5)
+        token_dgrams = [d for c in convs for d in c.datagrams()
+                        if frames.decode_datagram(d)[0].type == FrameType.TOKEN]
+        n_tokens = sum(len(frames.decode_datagram(d)) for d in token_dgrams)
+        assert n_tokens == want["frames.token"]
+        assert value(got, "zerolayer_token_gap_seconds_count", **me) == n_tokens - len(convs)
+        assert value(got, "zerolayer_token_gap_seconds_bucket", le="1e-06", **me) == \
+            n_tokens - len(token_dgrams)
+        assert value(got, "zerolayer_token_gap_seconds_bucket", le="+Inf", **me) == n_tokens - len(convs)
+        assert value(got, "zerolayer_token_gap_seconds_sum", **me) > 0
+        assert value(got, "zerolayer_flows", **me) == len(convs)
+        assert value(got, "zerolayer_flows_capacity", **me) == 16384
+        assert value(got, "zerolayer_flow_tracking_enabled", **me) == 1
+        assert value(got, "zerolayer_xsk_diag_available", netns=lab.dut.netns) in (0, 1)
+    finally:
+        loader.detach(lab.dut.ifname, lab.dut.netns)
+    # Detached: the interface's series are gone at the next scrape.
+    assert not any(dict(k[1]).get("netns") == lab.dut.netns for k in scrape(url) if k[0] != "zerolayer_xsk_diag_available")
+
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "serving http://127.0.0.1:" in err and "Traceback" not in err
+
+
+def test_once_prints_the_same_metrics(lab, cli):
+    loader.attach(lab.dut.ifname, flows=True, netns=lab.dut.netns)
+    try:
+        traffic.send(lab, traffic.mixed_traffic(lab, streams=2))
+        proc = cli("exporter", "--once", check=True)
+    finally:
+        loader.detach(lab.dut.ifname, lab.dut.netns)
+    families = {f.name: f for f in text_string_to_metric_families(proc.stdout)}
+    assert families["zerolayer_token_gap_seconds"].type == "histogram"
+    assert families["zerolayer_frames"].type == "counter"
+    assert any(s.labels.get("netns") == lab.dut.netns for s in families["zerolayer_packets"].samples)
+
+
+def test_listen_errors_are_one_line(cli):
+    proc = cli("exporter", "--listen", "nonsense")
+    assert proc.returncode == 1 and "use HOST:PORT" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = cli("exporter", "--listen", f"127.0.0.1:{port}")
+    assert proc.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_sock_diag_parsing():
+    """xsk_diag is not compiled into this kernel (CONFIG_XDP_SOCKETS_DIAG),
+    so the dump is held to the kernel's layout (linux/xdp_diag.h) with
+    crafted bytes: one bound copy-mode socket with statistics, then DONE."""
+    def attr(kind, body):
+        return struct.pack("=HH", 4 + len(body), kind) + body + bytes(-len(body) % 4)
+
+    body = exporter.XDP_DIAG_MSG.pack(exporter.AF_XDP, 3, 0, 4242, 0, 0)
+    body += attr(exporter.XDP_DIAG_INFO, struct.pack("=II", 7, 1))
+    body += attr(exporter.XDP_DIAG_RX_RING, struct.pack("=I", 2048))
+    body += attr(exporter.XDP_DIAG_UMEM_FILL_RING, struct.pack("=I", 4096))
+    body += attr(exporter.XDP_DIAG_UMEM, struct.pack("=QIIIIIIII", 1 << 23, 1, 2048, 2048, 0, 7, 1, 0, 1))
+    body += attr(exporter.XDP_DIAG_STATS, struct.pack("=6Q", 11, 12, 13, 14, 15, 16))
+    msg = struct.pack("=IHHII", 16 + len(body), exporter.SOCK_DIAG_BY_FAMILY, 2, 1, 0) + body
+    done = struct.pack("=IHHII", 20, exporter.NLMSG_DONE, 2, 1, 0) + bytes(4)
+    sockets, finished, err = exporter.parse_dump(msg + done)
+    assert finished and err == 0
+    (s,) = sockets
+    assert (s.inode, s.ifindex, s.queue, s.zerocopy, s.rx_ring, s.fill_ring) == (4242, 7, 1, False, 2048, 4096)
+    assert s.stats == dict(zip(exporter.XSK_STATS, (11, 12, 13, 14, 15, 16)))
+    # A kernel without xsk_diag answers the dump with an error.
+    error = struct.pack("=IHHII", 36, exporter.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", -2) + bytes(16)
+    assert exporter.parse_dump(error) == ([], True, 2)
+
+
+def test_xsk_diag_on_this_kernel():
+    """The real query: either the kernel answers (a list), or it has no
+    xsk_diag (None) -- and then the exporter says so in a metric."""
+    sockets = exporter.xsk_sockets()
+    assert sockets is None or isinstance(sockets, list)
+
+
+def test_the_dashboard_uses_only_exported_metrics(lab, cli):
+    loader.attach(lab.dut.ifname, flows=True, netns=lab.dut.netns)
+    try:
+        proc = cli("exporter", "--once", check=True)
+    finally:
+        loader.detach(lab.dut.ifname, lab.dut.netns)
+    exported = {s.name for f in text_string_to_metric_families(proc.stdout) for s in f.samples}
+    exported |= {f.name for f in text_string_to_metric_families(proc.stdout)}
+    # The zerolayer_xsk_* series exist only where the kernel has xsk_diag.
+    exported |= {f"zerolayer_xsk_{n}_total" for n in exporter.XSK_STATS} | {"zerolayer_xsk_info"}
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    exprs += [v.get("query", {}).get("query", "") if isinstance(v.get("query"), dict) else v.get("query", "")
+              for v in dashboard["templating"]["list"]]
+    used = {m for e in exprs for m in re.findall(r"\bzerolayer_[a-z0-9_]+", e)}
+    assert used and used <= exported, used - exported

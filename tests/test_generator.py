@@ -1,0 +1,143 @@
+"""The live-frames generator: asked for N frames it sends exactly N, mixes
+arrive in their exact proportions, and bad requests are refused before
+anything is sent. Counted at dut0 by zerolayer's own counters."""
+
+import pytest
+
+from pyxdp import counters, frames, generator, lab as lab_mod, loader, stats
+from pyxdp.errors import ZerolayerError
+
+
+@pytest.fixture(scope="module")
+def rig():
+    """One lab, zerolayer on dut0, one compiled generator on peer0, for the
+    whole module: each test reads counter deltas."""
+    with lab_mod.Lab() as lab:
+        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+        try:
+            yield lab, generator.LiveGenerator(lab.peer.ifname, lab.peer.netns)
+        finally:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+def read(lab) -> dict[str, int]:
+    return counters.flatten(stats.read(lab.dut.ifname, lab.dut.netns)["counters"])
+
+
+def counted_after(lab, send) -> dict[str, int]:
+    """Counter deltas at dut0 caused by SEND()."""
+    before = read(lab)
+    send()
+    return counters.delta(read(lab), before)
+
+
+def token_packet(lab, frames_per_datagram=4, size=16) -> bytes:
+    mix = generator.token_mix(lab, frames_per_datagram=frames_per_datagram, payload_sizes=[size])
+    assert len(mix.templates) == 1
+    return mix.templates[0]
+
+
+@pytest.mark.parametrize("n", [1, 64, 1000, 250_003])
+def test_asked_for_n_datagrams_sends_exactly_n(rig, n):
+    lab, gen = rig
+    got = counted_after(lab, lambda: gen.send(token_packet(lab), n))
+    assert got["packets"] == got["token_datagrams"] == n
+    assert got["frames.token"] == 4 * n
+
+
+def test_paced_run_sends_exactly_n_in_chunks_and_reports_its_rate(rig):
+    lab, gen = rig
+    n, rate = 12_345, 50_000  # chunks of a tenth of a second: 5000, 5000, 2345
+    runs = []
+    got = counted_after(lab, lambda: runs.append(
+        gen.run(generator.Mix.single(token_packet(lab)), n, rate=rate)))
+    run = runs[0]
+    assert got["token_datagrams"] == run.sent == n
+    assert run.chunks == 3
+    assert run.target_pps == rate and run.rate_pps > 0
+    assert run.to_json()["rate_pps"] == round(n / run.elapsed_s, 1)
+
+
+@pytest.mark.parametrize("n", [999, 10_007])
+def test_a_mix_of_sizes_malformed_and_other_arrives_exactly(rig, n):
+    lab, gen = rig
+    mix = generator.token_mix(lab, frames_per_datagram=3, payload_sizes=(0, 40, 400),
+                              malformed=0.02, other=0.05)
+    got = counted_after(lab, lambda: gen.run(mix, n))
+    assert got == mix.expected_counters(n)
+    assert got["other"] and got["malformed_dropped"] and got["token_datagrams"]
+    for reason in counters.REASONS:
+        assert got[f"malformed.{reason}"] > 0
+
+
+def test_a_mix_on_another_port_is_other_traffic_to_zerolayer(rig):
+    lab, gen = rig
+    mix = generator.token_mix(lab, port=9000, malformed=0.1)
+    got = counted_after(lab, lambda: gen.run(mix, 500))
+    assert got["other"] == got["packets"] == 500
+    assert got == mix.expected_counters(500, ports=(frames.DEFAULT_PORT,))
+
+
+def test_switching_between_mixes_rewinds_the_schedule(rig):
+    lab, gen = rig
+    first = generator.token_mix(lab, malformed=0.5)
+    second = generator.token_mix(lab, frames_per_datagram=2, other=0.25)
+    for mix, n in ((first, 7), (second, 13), (first, 7)):
+        assert counted_after(lab, lambda: gen.run(mix, n)) == mix.expected_counters(n)
+
+
+def test_shares_become_exact_interleaved_counts(rig):
+    lab, _ = rig
+    mix = generator.token_mix(lab, payload_sizes=(8, 64), malformed=0.02, other=0.05)
+    per_cycle = mix.counts(len(mix.schedule))
+    assert len(mix.schedule) == generator.MIX_SLOTS
+    # tokens (two sizes), four malformed reasons, other
+    assert per_cycle == [465, 465, 5, 5, 5, 5, 50]
+    assert mix.counts(3 * len(mix.schedule) + 10) == [
+        3 * c + mix.schedule[:10].count(i) for i, c in enumerate(per_cycle)]
+    # spread out, not in bursts: no 50 slots in a row without an "other"
+    other = [i for i, t in enumerate(mix.schedule) if t == 6]
+    assert max(b - a for a, b in zip(other, other[1:])) <= 25
+
+
+def test_weighted_schedule_is_smooth():
+    a, b = b"A" * 60, b"B" * 60
+    mix = generator.Mix.weighted([(a, 3), (b, 1)])
+    assert mix.schedule == (0, 0, 1, 0)
+    assert mix.counts(10) == [8, 2]
+    assert generator.Mix.weighted([(a, 5)]) == generator.Mix.single(a)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"frames_per_datagram": 0}, "frames per datagram"),
+    ({"frames_per_datagram": frames.MAX_FRAMES + 1}, "frames per datagram"),
+    ({"malformed": 0.6, "other": 0.4}, "leave room for tokens"),
+    ({"payload_sizes": []}, "payload sizes"),
+])
+def test_bad_mix_requests_are_refused(rig, kwargs, message):
+    lab, _ = rig
+    with pytest.raises(ZerolayerError, match=message):
+        generator.token_mix(lab, **kwargs)
+
+
+def test_what_cannot_be_sent_is_refused_before_sending(rig):
+    lab, gen = rig
+    too_big = generator.token_mix(lab, frames_per_datagram=2, payload_sizes=[740])
+    before = read(lab)
+    with pytest.raises(ZerolayerError, match="does not fit peer0's MTU"):
+        gen.run(too_big, 10)
+    with pytest.raises(ZerolayerError, match="batch size"):
+        gen.send(token_packet(lab), 10, batch_size=0)
+    with pytest.raises(ZerolayerError, match="rate"):
+        gen.run(generator.Mix.single(token_packet(lab)), 10, rate=0)
+    with pytest.raises(ZerolayerError, match="templates"):
+        generator.Mix(tuple([b"x" * 60] * 17), tuple(range(17)))
+    with pytest.raises(ZerolayerError, match="14-1536 bytes"):
+        generator.Mix.single(b"short")
+    assert counters.delta(read(lab), before)["packets"] == 0
+
+
+def test_an_unknown_interface_is_one_clear_error(rig):
+    lab, _ = rig
+    with pytest.raises(ZerolayerError, match="no interface named 'nope0'"):
+        generator.LiveGenerator("nope0", lab.peer.netns)

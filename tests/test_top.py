@@ -1,0 +1,84 @@
+"""`zerolayer top` in a real terminal: a tmux pane runs it, traffic flows,
+capture-pane reads the screen, send-keys quits it (q, and Ctrl-C), and the
+shell gets its terminal back."""
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import ZEROLAYER
+from pyxdp import loader, traffic
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")
+
+
+class Pane:
+    """A detached tmux session running one command, then reporting its exit."""
+
+    def __init__(self, command: str):
+        self.name = f"zl-top-{os.getpid()}-{time.monotonic_ns()}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "60",
+                        f"{command}; echo EXIT=$?; sleep 600"], check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name],
+                              capture_output=True, text=True, check=True).stdout
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, text: str, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} never appeared; the screen:\n{screen}")
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+@pytest.fixture
+def attached(lab):
+    loader.attach(lab.dut.ifname, flows=True, netns=lab.dut.netns)
+    try:
+        yield lab
+    finally:
+        loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+@pytest.mark.parametrize("quit_key", ["q", "C-c"])
+def test_top_shows_rates_and_flows_and_quits_cleanly(attached, quit_key):
+    lab = attached
+    pane = Pane(f"{ZEROLAYER} top --interval 0.5")
+    try:
+        pane.wait_for(f"{lab.dut.netns}/{lab.dut.ifname}")
+        # Keep traffic flowing over a few refreshes so rates are non-zero.
+        for seed in range(3):
+            traffic.send(lab, traffic.mixed_traffic(lab, streams=4, seed=seed), inter=0.01)
+        screen = pane.wait_for(f"{lab.peer.ipv4}:4000")
+        assert "zerolayer top" in screen and "native" in screen
+        assert "top flows by tokens/s" in screen and "token gaps, all flows since attach" in screen
+        assert "<1us" in screen  # tokens sharing a datagram
+        assert "Traceback" not in screen
+        pane.keys(quit_key)
+        screen = pane.wait_for("EXIT=")
+        assert "EXIT=0" in screen
+        # The alternate screen is gone: the shell's own screen is back.
+        assert "zerolayer top -" not in screen and "Traceback" not in screen
+    finally:
+        pane.close()
+
+
+def test_top_without_a_terminal_says_what_to_use(cli):
+    proc = cli("top", stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "zerolayer: top needs a terminal: for scripts use "
+        "`zerolayer stats IFACE --flows --json` or `zerolayer exporter --once`")
