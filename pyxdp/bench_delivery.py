@@ -6,7 +6,7 @@ pyxdp.xsk_bench owns the measurement; this module only runs it several
 times and keeps, per round, what the bench reports.
 """
 
-from . import loader
+from . import generator as generator_mod, loader
 
 FRAMES = 1_000_000
 QUICK_FRAMES = 50_000
@@ -20,8 +20,10 @@ def measure(lab, *, rounds: int, quick: bool) -> dict:
     out = {"xsk_fps": [], "udp_fps": [], "ratio": [], "xsk_lost": [], "udp_lost": []}
     loader.attach(lab.dut.ifname, netns=lab.dut.netns)
     try:
+        # one generator for every round: each would otherwise recompile it
+        gen = generator_mod.LiveGenerator(lab.peer.ifname, lab.peer.netns)
         for _ in range(rounds):
-            run = xsk_bench.run(frames, lab=lab)
+            run = xsk_bench.run(frames, lab=lab, generator=gen)
             out["xsk_fps"].append(run["xsk_fps"])
             out["udp_fps"].append(run["udp_fps"])
             out["ratio"].append(run["xsk_fps"] / run["udp_fps"] if run["udp_fps"] else 0.0)

@@ -1,60 +1,76 @@
 """`zerolayer demo`: the main job on a lab it builds and removes itself.
 
-It attaches to the lab's dut0, replays interleaved token streams with some
-malformed and some ordinary traffic from the peer, reassembles the streams
-that reach a program, and compares every XDP counter with what the
-reference judge says the replay must produce.
+It attaches to the lab's dut0 with flow tracking on and registers an AF_XDP
+socket on its rx queue. Then the replay engine plays interleaved token
+streams from the peer at their real cadence (most tokens ~20 ms apart, some
+~90 ms), with malformed and ordinary traffic scattered through them. Valid
+datagrams are redirected to the socket and their text is shown as it
+arrives. At the end every XDP counter is compared with what the reference
+judge says the replay must produce, and each stream's cadence, as XDP
+measured it at the driver, is shown.
 """
 
-import socket
+import random
+import threading
 import time
 from dataclasses import dataclass, field
 
-from . import counters, frames, lab as lab_mod, loader, stats, traffic
+from . import counters, flows, lab as lab_mod, listen, loader, replay, stats, traffic
 from .errors import ZerolayerError
-from .streams import Streams
+
+# Time for the last datagrams to arrive once the replay is sent.
+DRAIN_S = 3.0
 
 
 @dataclass
 class DemoReport:
     lab: dict
     attach: dict
+    xsk: dict
     packets_sent: int
     counters: dict[str, int]
     expected: dict[str, int]
+    datagrams_received: int
+    replay: dict = field(default_factory=dict)
     streams: list = field(default_factory=list)
+    flows: list = field(default_factory=list)
 
     @property
     def matches(self) -> bool:
         return self.counters == self.expected
 
 
-def _kernel_socket(lab) -> socket.socket:
-    """A plain UDP socket in the dut namespace: where valid datagrams land
-    when no AF_XDP socket takes them."""
-    with lab.in_dut():
-        sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    sock.bind(("::", frames.DEFAULT_PORT))
-    sock.settimeout(0.5)
-    return sock
+def _timeline(lab, streams: int) -> list[replay.Timed]:
+    """The conversations at their cadence, other traffic scattered through."""
+    talk = replay.packets_from_transcript(traffic.transcript(streams), lab)
+    rng = random.Random(11)
+    extras = sorted((replay.Timed(rng.uniform(0, talk[-1].at), bytes(p))
+                     for p in traffic.non_token_packets(lab)), key=lambda t: t.at)
+    return replay.in_parallel([talk, extras])
 
 
-def _drain(sock: socket.socket, streams: Streams, expect: int, deadline: float) -> None:
-    got = 0
-    while got < expect and time.monotonic() < deadline:
-        try:
-            data, addr = sock.recvfrom(65535)
-        except socket.timeout:
-            continue
-        got += 1
-        host = addr[0].removeprefix("::ffff:")
-        flow = f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
-        try:
-            for frame in frames.decode_datagram(data):
-                streams.add(flow, frame)
-        except frames.FrameError:
-            pass  # only with --on-malformed pass; the demo drops them
+def _replay_in_background(lab, timeline, result: dict) -> threading.Thread:
+    def play():
+        result.update(replay.replay_packets(timeline, lab.peer.ifname, lab.peer.netns).to_json())
+
+    thread = threading.Thread(target=play, name="demo-replay", daemon=True)
+    thread.start()
+    return thread
+
+
+def _consume(listener, view, expect: int, sender: threading.Thread, progress) -> int:
+    """Show datagrams as they arrive, until EXPECT have, or the replay is
+    over and DRAIN_S more seconds have passed."""
+    got, drain_until = 0, None
+    while got < expect:
+        for datagram in listener.datagrams(timeout=0.1):
+            got += 1
+            progress("  " + view.line(datagram))
+        if not sender.is_alive():
+            drain_until = drain_until or time.monotonic() + DRAIN_S
+            if time.monotonic() >= drain_until:
+                break
+    return got
 
 
 def run(streams: int = 4, progress=print) -> DemoReport:
@@ -65,35 +81,54 @@ def run(streams: int = 4, progress=print) -> DemoReport:
         progress(f"lab: {lab.peer.netns}/{lab.peer.ifname} ({lab.peer.ipv4}) "
                  f"==veth==> {lab.dut.netns}/{lab.dut.ifname} ({lab.dut.ipv4}, {lab.dut.ipv6})")
         t0 = time.monotonic()
-        result = loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+        result = loader.attach(lab.dut.ifname, flows=True, netns=lab.dut.netns)
         progress(f"attached {lab.dut.ifname}: {result.mode} mode, program id {result.program_id} "
                  f"(compiled and loaded in {time.monotonic() - t0:.1f} s)")
         if result.note:
             progress(f"note: {result.note}")
         try:
-            sock = _kernel_socket(lab)
-            packets = traffic.mixed_traffic(lab, streams=streams)
-            expected = traffic.expected_counters(packets)
-            progress(f"replaying {streams} interleaved token streams plus malformed and "
-                     f"ordinary traffic from the peer: {len(packets)} packets")
-            traffic.send(lab, packets)
-            received = Streams()
-            _drain(sock, received, expected["fallback_passed"], time.monotonic() + 3)
-            sock.close()
+            with listen.Listener(lab.dut.ifname, netns=lab.dut.netns) as listener:
+                xsk = listener.sockets[0]
+                progress(f"AF_XDP socket on {lab.dut.ifname} queue {xsk.queue}: {xsk.mode} mode"
+                         + (f" ({xsk.mode_note})" if xsk.mode_note else "")
+                         + ", registered in the program's XSKMAP")
+                timeline = _timeline(lab, streams)
+                packets = [t.packet for t in timeline]
+                expected = traffic.expected_counters(packets, socket_registered=True)
+                progress(f"replaying {streams} interleaved token streams at their real cadence, "
+                         f"with malformed and ordinary traffic, from the peer: {len(packets)} "
+                         f"packets over {timeline[-1].at:.2f} s; what the socket receives, "
+                         "as it arrives:")
+                view = listen.LiveView(keep_finished=True)
+                played: dict = {}
+                sender = _replay_in_background(lab, timeline, played)
+                got = _consume(listener, view, expected["redirected"], sender, progress)
+                sender.join()
+                xsk_info = {**xsk.describe(), "statistics": xsk.statistics().to_json()}
             snap = stats.read(lab.dut.ifname, lab.dut.netns)
+            cadence = flows.report(lab.dut.ifname, lab.dut.netns)["flows"]
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
         return DemoReport(
             lab={"dut": lab.dut.__dict__, "peer": lab.peer.__dict__},
             attach=result.to_json(),
+            xsk=xsk_info,
             packets_sent=len(packets),
             counters=counters.flatten(snap["counters"]),
             expected=expected,
-            streams=list(received),
+            datagrams_received=got,
+            replay=played,
+            streams=list(view.streams),
+            flows=cadence,
         )
 
 
 def check(report: DemoReport) -> None:
+    if report.datagrams_received != report.expected["redirected"]:
+        raise ZerolayerError(
+            f"the AF_XDP socket received {report.datagrams_received} of the "
+            f"{report.expected['redirected']} datagrams the program must redirect to it"
+        )
     if not report.matches:
         bad = [k for k in counters.FIELDS if report.counters[k] != report.expected[k]]
         raise ZerolayerError(

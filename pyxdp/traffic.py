@@ -85,15 +85,10 @@ def malformed_payloads() -> dict[str, bytes]:
     }
 
 
-def mixed_traffic(lab: Lab, streams: int = 4, seed: int = 7) -> list:
-    """Interleaved conversations, malformed datagrams and other traffic."""
-    rng = random.Random(seed)
-    queues = [
-        [udp_packet(lab, d, sport=c.sport, ipv6=c.ipv6) for c in [conv] for d in conv.datagrams()]
-        for conv in conversations(streams, seed)
-    ]
+def non_token_packets(lab: Lab) -> list:
+    """One malformed datagram per reason, and traffic that is not ours."""
     extras = [udp_packet(lab, p, sport=41000 + i) for i, p in enumerate(malformed_payloads().values())]
-    extras += [
+    return extras + [
         Ether(src=lab.peer.mac, dst=lab.dut.mac) / IP(src=lab.peer.ipv4, dst=lab.dut.ipv4) / ICMP(),
         udp_packet(lab, b"\x12\x34 not a token port", sport=5353, dport=53),
         # A first fragment of a token-port datagram: passed, never parsed.
@@ -101,6 +96,41 @@ def mixed_traffic(lab: Lab, streams: int = 4, seed: int = 7) -> list:
         / IP(src=lab.peer.ipv4, dst=lab.dut.ipv4, flags="MF", id=7)
         / UDP(sport=41999, dport=frames.DEFAULT_PORT) / Raw(b"x" * 64),
     ]
+
+
+def transcript(streams: int = 4, seed: int = 7) -> list[str]:
+    """Conversations as transcript lines (pyxdp.replay's JSONL schema), with
+    the cadence operators report for token streaming: most gaps between
+    token datagrams near 20 ms, some near 90 ms, a token or two per
+    datagram. Streams start a little apart."""
+    rng = random.Random(seed)
+    lines = []
+    for i, conv in enumerate(conversations(streams, seed)):
+        t = 0.05 * i + rng.uniform(0, 0.02)
+        request_at, toks = t, []
+        t += rng.uniform(0.05, 0.1)  # time to first token
+        pending = conv.tokens()
+        while pending:
+            for _ in range(min(len(pending), rng.choice((1, 1, 2)))):
+                toks.append({"t": round(t, 6), "text": pending.pop(0)})
+            t += rng.uniform(0.085, 0.092) if rng.random() < 0.2 else rng.uniform(0.017, 0.023)
+        lines.append(json.dumps({
+            "id": f"stream{conv.sport - 40000}", "sport": conv.sport, "ipv6": conv.ipv6,
+            "request": {"t": round(request_at, 6), "body": {"model": "demo", "prompt": conv.prompt}},
+            "tokens": toks,
+            "done": {"t": round(t, 6), "usage": {"completion_tokens": len(toks)}},
+        }))
+    return lines
+
+
+def mixed_traffic(lab: Lab, streams: int = 4, seed: int = 7) -> list:
+    """Interleaved conversations, malformed datagrams and other traffic."""
+    rng = random.Random(seed)
+    queues = [
+        [udp_packet(lab, d, sport=c.sport, ipv6=c.ipv6) for c in [conv] for d in conv.datagrams()]
+        for conv in conversations(streams, seed)
+    ]
+    extras = non_token_packets(lab)
     packets = []
     while any(queues) or extras:
         pick = rng.randrange(len(queues) + 1)
@@ -111,11 +141,14 @@ def mixed_traffic(lab: Lab, streams: int = 4, seed: int = 7) -> list:
     return packets
 
 
-def expected_counters(packets, ports=(frames.DEFAULT_PORT,), on_malformed: str = "drop") -> dict[str, int]:
-    """What the counters must read after PACKETS, per the reference judge."""
+def expected_counters(packets, ports=(frames.DEFAULT_PORT,), on_malformed: str = "drop",
+                      socket_registered: bool = False) -> dict[str, int]:
+    """What the counters must read after PACKETS, per the reference judge.
+    SOCKET_REGISTERED: an AF_XDP socket takes the queue's valid datagrams."""
     total = counters.zero()
     for pkt in packets:
-        for key, value in judge.expected(bytes(pkt), set(ports), on_malformed).counters.items():
+        judged = judge.expected(bytes(pkt), set(ports), on_malformed, socket_registered)
+        for key, value in judged.counters.items():
             total[key] += value
     return total
 

@@ -22,8 +22,9 @@ case "$ACTION" in ""|demo|test) ;; *) die "unknown action '$ACTION' (use: demo, 
 
 # --- apt packages ----------------------------------------------------------
 # python3-bpfcc is bcc for Debian's /usr/bin/python3; the venv below sees it.
-# tmux: the tests drive `zerolayer top` in a pane.
-PACKAGES=(python3-bpfcc python3-venv bpftool xdp-tools iproute2 tcpdump ethtool tmux)
+# libxdp1: pyxdp.xsk calls its AF_XDP ring functions. tmux: the tests drive
+# `zerolayer top` in a pane.
+PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")

@@ -18,11 +18,25 @@ def demo(streams):
     pins.require_bpffs()
     report = demo_mod.run(streams=streams, progress=click.echo)
 
-    click.echo("\nstreams received by a plain UDP socket in the dut namespace "
-               "(no AF_XDP socket registered, so valid datagrams fall back to the kernel):")
+    xsk = report.xsk
+    click.echo(f"\nstreams received by the AF_XDP socket on {xsk['interface']} "
+               f"queue {xsk['queue']} ({xsk['mode']} mode; {report.datagrams_received} datagrams, "
+               f"{xsk['statistics']['rx_dropped'] + xsk['statistics']['rx_ring_full']} lost):")
     for s in report.streams:
         state = "DONE" if s.done else "unfinished"
         click.echo(f"  {s.flow:<24} {s.prompt!r} -> {s.text!r} ({s.tokens} tokens, {state})")
+
+    late = report.replay
+    click.echo(f"\ntoken cadence per stream, measured by XDP at the driver (replay left "
+               f"{late.get('late_median_ms', 0):.2f} ms late at the median, "
+               f"{late.get('late_max_ms', 0):.2f} ms at worst):")
+    rows = []
+    for f in report.flows:
+        gaps = f["gap_us"] or {}
+        rows.append([f"{f['src']}", f["frames"]["token"], f["tokens_per_s"],
+                     *(_gap(gaps.get(q)) for q in ("p50", "p90", "p99"))])
+    click.echo(table(["FLOW", "TOKENS", "TOKENS/S", "GAP P50", "GAP P90", "GAP P99"], rows))
+    click.echo("  (gaps are log2 buckets: '<32.8ms' means between 16.4 and 32.8 ms)")
 
     rows = [[k, number(report.counters[k]), number(report.expected[k]),
              "" if report.counters[k] == report.expected[k] else "MISMATCH"]
@@ -30,7 +44,15 @@ def demo(streams):
     click.echo("\nXDP counters on dut0, against the reference judge's expectation:")
     click.echo(table(["COUNTER", "COUNTED", "EXPECTED", ""], rows))
     demo_mod.check(report)
-    click.echo("\nevery counter matches the reference judge; program detached, lab removed")
+    click.echo("\nevery counter matches the reference judge; "
+               "socket closed, program detached, lab removed")
+
+
+def _gap(le_us) -> str:
+    """A bucket's upper edge in µs, as a person reads it."""
+    if le_us is None:
+        return "-"
+    return f"<{le_us / 1000:.1f}ms" if le_us >= 1000 else f"<{le_us}us"
 
 
 COMMANDS = [demo]

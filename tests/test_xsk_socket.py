@@ -1,0 +1,391 @@
+"""pyxdp.xsk on real AF_XDP sockets, bound to veth queues in a lab, fed by
+zerolayer's XDP program: delivery, losses, fallback, queues, bad input."""
+
+import os
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Dot1Q, Ether
+from scapy.packet import Raw
+
+from pyxdp import counters, frames, lab as lab_mod, loader, stats, traffic
+from pyxdp.errors import ZerolayerError
+from pyxdp.frames import FrameType
+from pyxdp.generator import LiveGenerator
+from pyxdp.xsk import XskSocket
+
+
+# --- fixtures and helpers -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def attached():
+    """A one-queue lab with zerolayer attached, shared by this module's tests
+    (each looks at counter deltas only)."""
+    with lab_mod.Lab() as lab:
+        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+        try:
+            yield lab
+        finally:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+@pytest.fixture(scope="module")
+def generator(attached):
+    return LiveGenerator(attached.peer.ifname, attached.peer.netns)
+
+
+@pytest.fixture(scope="module")
+def two_queues():
+    """A lab whose veth pair has two rx and two tx queues, zerolayer
+    attached, and a generator in its peer namespace."""
+    with lab_mod.Lab(rx_queues=2) as lab:
+        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+        try:
+            yield lab, LiveGenerator(lab.peer.ifname, lab.peer.netns)
+        finally:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+def xdp_counters(lab) -> dict[str, int]:
+    return counters.flatten(stats.read(lab.dut.ifname, lab.dut.netns)["counters"])
+
+
+def xsk(lab, queue=0, **options) -> XskSocket:
+    return XskSocket(lab.dut.ifname, queue, netns=lab.dut.netns, **options)
+
+
+def token_packet(lab, text: bytes | str, sport: int = 40000) -> bytes:
+    return bytes(traffic.udp_packet(lab, frames.encode(FrameType.TOKEN, text), sport=sport))
+
+
+def drain(sock: XskSocket, expect: int | None = None, quiet_s: float = 0.3) -> list[bytes]:
+    """Every frame the socket holds, as bytes, in ring order: until EXPECT
+    have come (then a moment more, to catch any extra) or QUIET_S passes
+    without one."""
+    got: list[bytes] = []
+    while True:
+        wait = quiet_s if expect is None or len(got) < expect else 0.1
+        with sock.recv(256, timeout=wait) as batch:
+            if not batch:
+                return got
+            got.extend(bytes(batch.packet(i)) for i in range(len(batch)))
+
+
+def send_on_queue(generator: LiveGenerator, packet: bytes, count: int, queue: int) -> None:
+    """veth hands a frame transmitted by XDP_TX to the peer's rx queue
+    smp_processor_id() % queues (the context's rx_queue_index has no say),
+    so running the generator on CPU QUEUE steers it onto queue QUEUE."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if queue not in cpus:
+        pytest.skip(f"steering to rx queue {queue} needs CPU {queue}; allowed: {cpus}")
+    home = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {queue})
+    try:
+        generator.send(packet, count)
+    finally:
+        os.sched_setaffinity(0, home)
+
+
+# --- delivery -----------------------------------------------------------------------
+
+def _varied_packets(lab) -> list:
+    """Token datagrams of every shape the program redirects: IPv4 and IPv6,
+    one and two VLAN tags, several frames, empty and non-UTF-8 payloads."""
+    out = []
+    for i in range(240):
+        sport = 30000 + i
+        if i % 4 == 0:
+            payload = frames.encode(FrameType.TOKEN, f"token {i} ✓")
+        elif i % 4 == 1:
+            payload = frames.encode(FrameType.TOKEN, bytes([0xFF, 0xFE, i % 256, 0x80]))
+        elif i % 4 == 2:
+            payload = (frames.encode(FrameType.REQUEST, f'{{"prompt": "q{i}"}}')
+                       + frames.encode(FrameType.TOKEN, b"\xc3\x28 not utf-8")
+                       + frames.encode(FrameType.DONE))
+        else:
+            payload = frames.encode(FrameType.PING)
+        if i % 5 == 3:
+            pkt = (Ether(src=lab.peer.mac, dst=lab.dut.mac) / Dot1Q(vlan=7) / Dot1Q(vlan=8)
+                   / IP(src=lab.peer.ipv4, dst=lab.dut.ipv4, options=b"\x01\x01\x01\x00")
+                   / UDP(sport=sport, dport=frames.DEFAULT_PORT) / Raw(payload))
+        elif i % 5 == 4:
+            pkt = (Ether(src=lab.peer.mac, dst=lab.dut.mac) / Dot1Q(vlan=9)
+                   / IPv6(src=lab.peer.ipv6, dst=lab.dut.ipv6)
+                   / UDP(sport=sport, dport=frames.DEFAULT_PORT) / Raw(payload))
+        else:
+            pkt = traffic.udp_packet(lab, payload, sport=sport, ipv6=(i % 3 == 0))
+        out.append(pkt)
+    return out
+
+
+def test_every_frame_arrives_once_in_order_with_exact_bytes(attached):
+    packets = _varied_packets(attached)
+    sent = [bytes(p) for p in packets]
+    before = xdp_counters(attached)
+    with xsk(attached) as sock:
+        assert sock.mode == "copy"  # veth has no zero-copy AF_XDP
+        traffic.send(attached, packets)
+        got_batches = []
+        deadline = time.monotonic() + 10
+        while sum(len(b[0]) for b in got_batches) < len(sent) and time.monotonic() < deadline:
+            batch = sock.recv(64, timeout=0.5)
+            if batch:
+                got_batches.append((
+                    [bytes(batch.packet(i)) for i in range(len(batch))],
+                    [bytes(batch.payload(i)) for i in range(len(batch))],
+                    [batch.source(i) for i in range(len(batch))],
+                    [batch.destination(i) for i in range(len(batch))],
+                    batch.queue,
+                ))
+                batch.release()
+        extra = drain(sock, quiet_s=0.3)
+        st = sock.statistics()
+    got = [p for b in got_batches for p in b[0]]
+    assert got == sent and not extra  # once each, in order, byte for byte
+    payloads = [p for b in got_batches for p in b[1]]
+    assert payloads == [bytes(p[Raw].load) for p in packets]
+    sources = [s for b in got_batches for s in b[2]]
+    destinations = [d for b in got_batches for d in b[3]]
+    for pkt, src, dst in zip(packets, sources, destinations):
+        if IPv6 in pkt:
+            assert (src, dst) == (f"[{attached.peer.ipv6}]:{pkt[UDP].sport}",
+                                  f"[{attached.dut.ipv6}]:{frames.DEFAULT_PORT}")
+        else:
+            assert (src, dst) == (f"{attached.peer.ipv4}:{pkt[UDP].sport}",
+                                  f"{attached.dut.ipv4}:{frames.DEFAULT_PORT}")
+    assert {b[4] for b in got_batches} == {0}
+    assert st.lost == 0
+    delta = counters.delta(xdp_counters(attached), before)
+    assert delta["redirected"] == len(sent) and delta["fallback_passed"] == 0
+
+
+def test_batch_views_are_views_into_umem(attached):
+    with xsk(attached) as sock:
+        traffic.send(attached, [traffic.udp_packet(attached, frames.encode(FrameType.TOKEN, "v"),
+                                                   sport=40000)])
+        with sock.recv(timeout=2) as batch:
+            assert len(batch) == 1
+            addr, length = int(batch.addr[0]), int(batch.length[0])
+            view = batch.packet(0)
+            # No copy: the view is memory of the UMEM array.
+            assert np.shares_memory(np.frombuffer(view, np.uint8), batch.umem)
+            assert bytes(view) == batch.umem[addr:addr + length].tobytes()
+            h = batch.headers
+            assert (int(h.sport[0]), int(h.dport[0]), int(h.ip_version[0])) == (40000, 9977, 4)
+
+
+# --- losses ---------------------------------------------------------------------------
+
+SENT = 20000
+
+
+@pytest.mark.parametrize("rx_size,umem_frames,reason", [
+    (64, 4096, "rx_ring_full"),  # the RX ring fills first
+    (2048, 64, "rx_fill_ring_empty_descs"),  # the chunks run out first
+])
+def test_overload_losses_add_up_to_sent_minus_received(attached, generator, rx_size,
+                                                       umem_frames, reason):
+    packet = token_packet(attached, "overload")
+    before = xdp_counters(attached)
+    with xsk(attached, rx_size=rx_size, frames=umem_frames) as sock:
+        generator.send(packet, SENT)  # nobody reads meanwhile
+        received = len(drain(sock))
+        st = sock.statistics()
+    delta = counters.delta(xdp_counters(attached), before)
+    assert delta["packets"] == delta["redirected"] == SENT
+    assert received == min(rx_size, umem_frames)
+    assert getattr(st, reason) > 0
+    # Copy mode: a frame lost to an empty fill ring is also counted as rx_dropped.
+    assert st.rx_dropped == st.rx_fill_ring_empty_descs
+    assert received + st.lost == SENT
+
+
+def test_losses_add_up_with_a_slow_reader(attached, generator):
+    """Overload while reading: the reader sleeps between batches."""
+    packet = token_packet(attached, "slow")
+    count = 200_000
+    before = xdp_counters(attached)
+    with xsk(attached, rx_size=256, frames=512) as sock:
+        sender = threading.Thread(target=generator.send, args=(packet, count))
+        sender.start()
+        received = 0
+        while sender.is_alive():
+            with sock.recv(64, timeout=0.05) as batch:
+                received += len(batch)
+            time.sleep(0.0005)
+        sender.join()
+        received += len(drain(sock))
+        st = sock.statistics()
+    delta = counters.delta(xdp_counters(attached), before)
+    assert delta["redirected"] == count
+    assert st.lost > 0, "the reader kept up: no overload happened"
+    assert received + st.rx_ring_full + st.rx_dropped == count
+
+
+def test_chunks_recycle_for_ever_with_a_small_umem(attached, generator):
+    """64 chunks carry a million frames: every released chunk goes back to
+    the fill ring, however fast the reader returns it."""
+    packet = token_packet(attached, "again")
+    count = 1_000_000
+    with xsk(attached, rx_size=64, frames=64) as sock:
+        sender = threading.Thread(target=generator.send, args=(packet, count))
+        sender.start()
+        received = 0
+        while sender.is_alive():  # busy: back the moment the kernel flushes
+            with sock.recv(64, timeout=0) as batch:
+                received += len(batch)
+        sender.join()
+        received += len(drain(sock))
+        st = sock.statistics()
+    assert received > 64 * 10
+    assert received + st.lost == count
+
+
+# --- registration -----------------------------------------------------------------------
+
+def test_after_close_valid_frames_fall_back_to_the_kernel(attached):
+    packets = [traffic.udp_packet(attached, frames.encode(FrameType.TOKEN, f"t{i}"), sport=40000)
+               for i in range(5)]
+    with attached.in_dut():
+        kernel = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    kernel.bind((attached.dut.ipv4, frames.DEFAULT_PORT))
+    kernel.settimeout(2)
+    try:
+        with xsk(attached) as sock:
+            before = xdp_counters(attached)
+            traffic.send(attached, packets)
+            assert len(drain(sock, expect=5)) == 5
+            mid = xdp_counters(attached)
+            assert counters.delta(mid, before)["redirected"] == 5
+        assert sock.closed
+        traffic.send(attached, packets)
+        heard = [kernel.recv(2048) for _ in packets]
+    finally:
+        kernel.close()
+    assert heard == [bytes(p[Raw].load) for p in packets]
+    delta = counters.delta(xdp_counters(attached), mid)
+    assert delta["fallback_passed"] == 5 and delta["redirected"] == 0
+
+
+def test_a_stale_xskmap_entry_is_replaced(two_queues):
+    """An entry at key 0 whose socket is bound elsewhere (queue 1) makes the
+    kernel drop queue 0's redirected frames; a socket for queue 0 replaces it."""
+    lab, gen = two_queues
+    packet = token_packet(lab, "to queue 0")
+    with xsk(lab, 1) as other:
+        other._xsks.update(0, struct.pack("=I", other.fileno()))  # the stale entry
+        before = xdp_counters(lab)
+        send_on_queue(gen, packet, 50, queue=0)
+        assert counters.delta(xdp_counters(lab), before)["redirected"] == 50
+        assert drain(other) == []  # bound to queue 1: the kernel refused them
+        with xsk(lab, 0) as mine:
+            send_on_queue(gen, packet, 50, queue=0)
+            assert drain(mine, expect=50) == [packet] * 50
+
+
+def test_one_socket_per_queue_is_enforced(attached):
+    with xsk(attached):
+        with pytest.raises(ZerolayerError, match="already has an AF_XDP socket bound"):
+            xsk(attached)
+
+
+# --- multi-queue ------------------------------------------------------------------------
+
+def test_two_queues_each_socket_gets_its_queue(two_queues):
+    lab, gen = two_queues
+    to_q0, to_q1 = token_packet(lab, "for queue 0"), token_packet(lab, "for queue 1", 40001)
+    before = xdp_counters(lab)
+    with xsk(lab, 0) as q0, xsk(lab, 1) as q1:
+        send_on_queue(gen, to_q0, 300, queue=0)
+        send_on_queue(gen, to_q1, 200, queue=1)
+        got0, got1 = drain(q0, expect=300), drain(q1, expect=200)
+        with q1.recv() as empty:
+            assert empty.queue == 1 and not empty
+    assert got0 == [to_q0] * 300 and got1 == [to_q1] * 200
+    delta = counters.delta(xdp_counters(lab), before)
+    assert delta["redirected"] == 500 and delta["fallback_passed"] == 0
+
+
+def test_a_queue_without_a_socket_falls_back_to_the_kernel(two_queues):
+    lab, gen = two_queues
+    to_q0, to_q1 = token_packet(lab, "nobody on 0"), token_packet(lab, "on 1", 40001)
+    with xsk(lab, 1) as q1:
+        before = xdp_counters(lab)
+        send_on_queue(gen, to_q0, 100, queue=0)
+        send_on_queue(gen, to_q1, 40, queue=1)
+        got = drain(q1, expect=40)
+    delta = counters.delta(xdp_counters(lab), before)
+    assert got == [to_q1] * 40
+    assert delta["fallback_passed"] == 100 and delta["redirected"] == 40
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+def test_a_frame_larger_than_the_umem_chunk_is_dropped_and_counted():
+    """With 2048-byte chunks a frame may be 2048 - 256 (XDP headroom) bytes;
+    a longer one is dropped by the kernel and counted as rx_dropped, and
+    the frames around it still arrive."""
+    with lab_mod.Lab(mtu=3000) as lab:
+        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+        try:
+            with xsk(lab, chunk_size=2048) as sock:
+                assert sock.max_frame_len == 1792
+                assert any("MTU 3000" in n and "rx_dropped" in n for n in sock.notes())
+                header = len(traffic.udp_packet(lab, b"", sport=40000))
+                sizes = [100, 1792, 1793, 2600, 200]
+                packets = [traffic.udp_packet(
+                    lab, frames.encode(FrameType.TOKEN, b"x" * (size - header - 5)), sport=40000)
+                    for size in sizes]
+                assert [len(p) for p in packets] == sizes
+                before = xdp_counters(lab)
+                traffic.send(lab, packets)
+                got = drain(sock, expect=3)
+                st = sock.statistics()
+            assert [len(p) for p in got] == [100, 1792, 200]
+            assert st.rx_dropped == 2 and st.rx_ring_full == 0
+            # The program redirected all five: the drop happens in the socket.
+            assert counters.delta(xdp_counters(lab), before)["redirected"] == 5
+        finally:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+def test_the_default_chunk_holds_a_full_mtu_frame(attached):
+    with xsk(attached) as sock:
+        assert sock.chunk_size == 2048
+        assert not any("MTU" in note for note in sock.notes())
+
+
+def test_an_interface_without_zerolayer_is_refused(lab):
+    with pytest.raises(ZerolayerError, match=r"zerolayer is not attached to dut0: run "
+                                             r"`zerolayer attach dut0 --netns"):
+        xsk(lab)
+
+
+def test_a_queue_the_interface_lacks_is_refused(attached):
+    with pytest.raises(ZerolayerError, match=r"dut0 has 1 rx queue \(0-0\): there is no queue 3"):
+        xsk(attached, 3)
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"frames": 1000}, "frames must be a power of two"),
+    ({"rx_size": 3}, "rx_size must be a power of two"),
+    ({"chunk_size": 1024}, "chunk size must be 2048 or 4096"),
+    ({"bind": "fast"}, "unknown bind mode"),
+])
+def test_bad_socket_options_are_refused(attached, options, message):
+    with pytest.raises(ZerolayerError, match=message):
+        xsk(attached, **options)
+
+
+def test_zerocopy_on_veth_is_refused_not_faked(attached):
+    with pytest.raises(ZerolayerError,
+                       match="the driver of dut0 cannot bind queue 0 in zero-copy mode"):
+        xsk(attached, bind="zerocopy")
+    with xsk(attached, bind="copy") as sock:
+        assert sock.mode == "copy" and sock.mode_note is None
