@@ -265,3 +265,48 @@ def possible_cpus() -> int:
         lo, _, hi = part.partition("-")
         count += int(hi or lo) - int(lo) + 1
     return count
+
+
+# --- maps made here, program attachment to maps (the TCP frame relay) ---------
+
+BPF_MAP_CREATE = 0
+BPF_PROG_ATTACH = 8
+BPF_PROG_DETACH = 9
+
+BPF_PROG_TYPE_SK_SKB = 14
+BPF_MAP_TYPE_SOCKHASH = 18
+
+BPF_SK_SKB_STREAM_PARSER = 4
+BPF_SK_SKB_STREAM_VERDICT = 5
+
+
+def map_create(map_type: int, key_size: int, value_size: int, max_entries: int,
+               name: str = "") -> int:
+    """A new map; returns its fd, which the caller must close."""
+    attr = _attr("=IIIIIII", map_type, key_size, value_size, max_entries, 0, 0, 0)
+    attr[28:28 + 15] = os.fsencode(name)[:15].ljust(15, b"\0")  # map_name
+    return bpf(BPF_MAP_CREATE, attr)
+
+
+def prog_attach(target_fd: int, prog_fd: int, attach_type: int) -> None:
+    bpf(BPF_PROG_ATTACH, _attr("=IIII", target_fd, prog_fd, attach_type, 0))
+
+
+def prog_detach(target_fd: int, prog_fd: int, attach_type: int) -> None:
+    bpf(BPF_PROG_DETACH, _attr("=IIII", target_fd, prog_fd, attach_type, 0))
+
+
+def map_keys(fd: int, key_size: int) -> list[bytes]:
+    """Every key of a map, by BPF_MAP_GET_NEXT_KEY (for maps, such as
+    sockhashes, that have no batch lookup)."""
+    keys: list[bytes] = []
+    cur = None
+    nxt = ctypes.create_string_buffer(key_size)
+    while True:
+        k = ctypes.create_string_buffer(cur, key_size) if cur is not None else None
+        try:
+            bpf(BPF_MAP_GET_NEXT_KEY, _attr("=IIQQ", fd, 0, _addr(k), _addr(nxt)))
+        except FileNotFoundError:
+            return keys
+        cur = nxt.raw
+        keys.append(cur)

@@ -77,8 +77,9 @@ def _first_error(log_path: str) -> str:
 
 @dataclass
 class Loaded:
-    """A program bcc compiled and the kernel accepted. Keep it referenced:
-    the fds close when the bcc object is collected."""
+    """A program bcc compiled and the kernel accepted. bcc keeps its fds
+    open until close() (or process exit): call it once the program is
+    attached or pinned, so a long-lived process does not pile them up."""
 
     bpf: object
     prog_fd: int
@@ -86,6 +87,9 @@ class Loaded:
     map_fds: dict[str, int] = field(default_factory=dict)
     # every loaded function's fd, FUNCTION's and ALSO's
     prog_fds: dict[str, int] = field(default_factory=dict)
+
+    def close(self) -> None:
+        self.bpf.cleanup()
 
 
 def load(source: str, function: str, *, pin_dir: str | None = None,

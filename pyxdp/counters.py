@@ -31,23 +31,24 @@ def zero() -> dict[str, int]:
     return dict.fromkeys(FIELDS, 0)
 
 
-def from_percpu(raw: bytes, ncpus: int) -> dict[str, int]:
-    """Sum one struct zl_counters per possible CPU."""
-    total = [0] * len(FIELDS)
+def from_percpu(raw: bytes, ncpus: int, fields=FIELDS) -> dict[str, int]:
+    """Sum one struct of u64 FIELDS (zl_counters by default) per possible CPU."""
+    layout = struct.Struct(f"={len(fields)}Q")
+    total = [0] * len(fields)
     for cpu in range(ncpus):
-        for i, value in enumerate(LAYOUT.unpack_from(raw, cpu * LAYOUT.size)):
+        for i, value in enumerate(layout.unpack_from(raw, cpu * layout.size)):
             total[i] += value
-    return dict(zip(FIELDS, total))
+    return dict(zip(fields, total))
 
 
 def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in FIELDS}
 
 
-def nest(flat: dict[str, int]) -> dict:
+def nest(flat: dict[str, int], fields=FIELDS) -> dict:
     """Flat dotted keys to the JSON shape of `zerolayer stats --json`."""
     out: dict = {}
-    for key in FIELDS:
+    for key in fields:
         group, _, name = key.partition(".")
         if name:
             out.setdefault(group, {})[name] = flat[key]

@@ -4,15 +4,17 @@ state of its own).
 
 Per interface (labels interface, netns; netns is "" outside a namespace):
 the XDP counters, the token gap histogram of all its flows, the size of its
-flow table, and its AF_XDP sockets as the kernel's sock_diag reports them.
+flow table, and its AF_XDP sockets.
 Per-flow series are left out on purpose: a flow is keyed by source port, so
 they would grow without bound; `zerolayer stats --flows` and `zerolayer top`
 show flows.
 
 AF_XDP socket statistics live in the socket. From outside the process that
 owns it the kernel shows them only through sock_diag (xsk_diag, kernel
-option CONFIG_XDP_SOCKETS_DIAG); where that is missing,
-zerolayer_xsk_diag_available is 0 and there are no zerolayer_xsk_* series.
+option CONFIG_XDP_SOCKETS_DIAG). Where that is missing
+(zerolayer_xsk_diag_available 0), the statistics zerolayer's own listeners
+publish (pyxdp.xsk_published) are exported instead, with source="listener";
+sockets of other programs are then not seen.
 """
 
 import os
@@ -21,7 +23,7 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from . import counters, flows, netns as netns_mod, pins
+from . import counters, flows, netns as netns_mod, pins, xsk_published
 from .errors import ZerolayerError
 
 DEFAULT_LISTEN = "127.0.0.1:9435"
@@ -233,8 +235,10 @@ class ZerolayerCollector:
             "1 when the kernel reports AF_XDP sockets through sock_diag (xsk_diag)",
             labels=["netns"])
         info = GaugeMetricFamily("zerolayer_xsk_info",
-                                 "An AF_XDP socket bound to the interface (value 1)",
-                                 labels=sock_labels + ["zerocopy", "rx_ring", "fill_ring"])
+                                 "An AF_XDP socket bound to the interface (value 1); source: "
+                                 "sock_diag (the kernel) or listener (published by zerolayer)",
+                                 labels=sock_labels + ["zerocopy", "rx_ring", "fill_ring",
+                                                       "source"])
         stats = {name: CounterMetricFamily(f"zerolayer_xsk_{name}",
                                            f"AF_XDP socket statistic {name} (as XDP_STATISTICS)",
                                            labels=sock_labels)
@@ -251,7 +255,15 @@ class ZerolayerCollector:
             available.add_metric([ns or ""], 0 if sockets is None else 1)
             if sockets is None:
                 self._note("this kernel does not report AF_XDP sockets through sock_diag "
-                           "(CONFIG_XDP_SOCKETS_DIAG): no zerolayer_xsk_* metrics")
+                           "(CONFIG_XDP_SOCKETS_DIAG): exporting what zerolayer listeners publish")
+                names = {o.interface for o in observed}
+                for p in xsk_published.read(ns):
+                    if p.interface not in names:
+                        continue
+                    lab = [p.interface, ns or "", str(p.queue), str(p.inode)]
+                    info.add_metric(lab + [str(p.mode == "zerocopy").lower(), "", "", "listener"], 1)
+                    for name in XSK_STATS:
+                        stats[name].add_metric(lab, p.statistics.get(name, 0))
                 continue
             names = {o.ifindex: o.interface for o in observed}
             for s in sockets:
@@ -259,7 +271,8 @@ class ZerolayerCollector:
                     continue
                 lab = [names[s.ifindex], ns or "", str(s.queue), str(s.inode)]
                 mode = "unknown" if s.zerocopy is None else str(s.zerocopy).lower()
-                info.add_metric(lab + [mode, str(s.rx_ring or 0), str(s.fill_ring or 0)], 1)
+                info.add_metric(lab + [mode, str(s.rx_ring or 0), str(s.fill_ring or 0),
+                                       "sock_diag"], 1)
                 for name, value in s.stats.items():
                     stats[name].add_metric(lab, value)
         yield available

@@ -84,7 +84,13 @@ def decode_datagram(payload: bytes, max_frames: int = MAX_FRAMES) -> list[Frame]
 
 
 class StreamBroken(FrameError):
-    """A TCP peer sent an invalid type or an oversize length: close the stream."""
+    """A TCP peer sent an invalid type or an oversize length: close the stream.
+    FRAMES are the whole frames the same feed() completed before the break:
+    they were valid and are the caller's to deliver."""
+
+    def __init__(self, reason: str, message: str, frames: list["Frame"] | None = None):
+        super().__init__(reason, message)
+        self.frames = frames or []
 
 
 class StreamDecoder:
@@ -116,10 +122,10 @@ class StreamDecoder:
         while len(buf) - off >= HEADER_LEN:
             length, ftype = HEADER.unpack_from(buf, off)
             if not 1 <= ftype <= len(FRAME_TYPES):
-                raise StreamBroken("unknown_type", f"unknown frame type 0x{ftype:02x}")
+                raise StreamBroken("unknown_type", f"unknown frame type 0x{ftype:02x}", frames)
             if length > self.max_length:
                 raise StreamBroken(
-                    "oversize", f"frame length {length} exceeds {self.max_length}"
+                    "oversize", f"frame length {length} exceeds {self.max_length}", frames
                 )
             end = off + HEADER_LEN + length
             if end > len(buf):

@@ -14,7 +14,7 @@ import select
 import time
 from dataclasses import dataclass
 
-from . import attachment
+from . import attachment, xsk_published
 from .errors import ZerolayerError
 from .frames import Frame, FrameError, FrameType, decode_datagram
 from .streams import Stream
@@ -58,6 +58,7 @@ class Listener:
                 xsk = XskSocket(ifname, q, netns=netns, **socket_options)
                 self.sockets.append(xsk)
                 self._poll.register(xsk.fileno(), select.POLLIN)
+            self._publish()
         except BaseException:
             self.close()
             raise
@@ -94,6 +95,7 @@ class Listener:
     def _arrivals(self, timeout: float | None):
         deadline = None if timeout is None else time.monotonic() + timeout
         next_check = time.monotonic() + ATTACHMENT_CHECK_S
+        next_publish = time.monotonic() + xsk_published.PUBLISH_EVERY_S
         while True:
             idle = True
             for xsk in self.sockets:
@@ -102,6 +104,9 @@ class Listener:
                         idle = False
                         yield from self._decode(batch)
             now = time.monotonic()
+            if now >= next_publish:
+                self._publish()
+                next_publish = now + xsk_published.PUBLISH_EVERY_S
             if deadline is not None and now >= deadline:
                 return
             if idle:
@@ -129,8 +134,18 @@ class Listener:
     def statistics(self) -> dict[int, XskStatistics]:
         return {xsk.queue: xsk.statistics() for xsk in self.sockets}
 
+    def _publish(self) -> None:
+        """For the exporter: the kernel may not show these to anyone else.
+        Listening matters more than publishing: a failed write is skipped."""
+        for xsk in self.sockets:
+            try:
+                xsk_published.publish(xsk)
+            except OSError:
+                pass
+
     def close(self) -> None:
         for xsk in self.sockets:
+            xsk_published.withdraw(xsk)
             xsk.close()
 
     def __enter__(self) -> "Listener":

@@ -135,6 +135,7 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
 
     expected_fd = bpfsys.prog_fd_by_id(ins.program.id) if ins.program else None
     os.makedirs(ins.pin_dir, exist_ok=True)
+    loaded = None
     try:
         loaded = compiler.load(*compiler.TOKEN_PROGRAM, pin_dir=ins.pin_dir,
                                maps=compiler.TOKEN_MAPS)
@@ -156,6 +157,8 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
     finally:
         if expected_fd is not None:
             os.close(expected_fd)
+        if loaded is not None:
+            loaded.close()  # attached and pinned: the kernel holds it now
 
     now = xdp_netlink.query(ifname, netns)  # report what the kernel says, not what we asked
     return AttachResult(

@@ -186,7 +186,7 @@ def test_the_dashboard_uses_only_exported_metrics(lab, cli):
         loader.detach(lab.dut.ifname, lab.dut.netns)
     exported = {s.name for f in text_string_to_metric_families(proc.stdout) for s in f.samples}
     exported |= {f.name for f in text_string_to_metric_families(proc.stdout)}
-    # The zerolayer_xsk_* series exist only where the kernel has xsk_diag.
+    # The zerolayer_xsk_* series exist only while an AF_XDP socket is open.
     exported |= {f"zerolayer_xsk_{n}_total" for n in exporter.XSK_STATS} | {"zerolayer_xsk_info"}
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
@@ -194,3 +194,35 @@ def test_the_dashboard_uses_only_exported_metrics(lab, cli):
               for v in dashboard["templating"]["list"]]
     used = {m for e in exprs for m in re.findall(r"\bzerolayer_[a-z0-9_]+", e)}
     assert used and used <= exported, used - exported
+
+
+def test_af_xdp_socket_statistics_reach_the_exporter(lab, running_exporter):
+    """Through sock_diag where the kernel has it, else through what the
+    listener publishes: either way, a listener's real socket statistics,
+    and nothing once it is gone."""
+    from pyxdp import listen, xsk_published
+
+    _, url = running_exporter
+    loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+    try:
+        with listen.Listener(lab.dut.ifname, netns=lab.dut.netns, frames=64) as listener:
+            # 256 datagrams into 64 chunks, unread: the socket must drop some
+            packet = traffic.udp_packet(lab, frames.encode(FrameType.TOKEN, "x"), sport=40000)
+            traffic.send(lab, [packet] * 256)
+            time.sleep(0.2)
+            for _ in listener.datagrams(timeout=xsk_published.PUBLISH_EVERY_S + 0.5):
+                pass  # drain, which also republishes
+            want = listener.statistics()[0]
+            got = scrape(url)
+            labels = {"interface": lab.dut.ifname, "netns": lab.dut.netns, "queue": "0"}
+            (key,) = [k for k in got if k[0] == "zerolayer_xsk_info"
+                      and labels.items() <= dict(k[1]).items()]
+            inode = dict(key[1])["inode"]
+            assert dict(key[1])["zerocopy"] == "false"
+            lost = value(got, "zerolayer_xsk_rx_dropped_total", inode=inode, **labels) + \
+                value(got, "zerolayer_xsk_rx_ring_full_total", inode=inode, **labels)
+            assert lost == want.lost > 0
+        assert not any(k[0] == "zerolayer_xsk_info" and dict(k[1]).get("netns") == lab.dut.netns
+                       for k in scrape(url)), "a closed socket is still exported"
+    finally:
+        loader.detach(lab.dut.ifname, lab.dut.netns)

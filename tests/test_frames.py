@@ -120,3 +120,12 @@ def test_random_bytes_never_crash_the_judge():
         verdict = judge.judge_datagram(blob)
         assert verdict.valid or verdict.reason in ("short_header", "truncated", "unknown_type",
                                                    "too_many_frames")
+
+
+def test_stream_broken_keeps_the_frames_before_the_break():
+    good = frames.encode_frames([Frame(FrameType.TOKEN, b"a"), Frame(FrameType.DONE)])
+    d = frames.StreamDecoder()
+    assert d.feed(good[:3]) == []
+    with pytest.raises(frames.StreamBroken) as err:
+        d.feed(good[3:] + frames.HEADER.pack(0, 0x42))
+    assert err.value.frames == [Frame(FrameType.TOKEN, b"a"), Frame(FrameType.DONE)]

@@ -22,9 +22,11 @@ def cli():
 
 
 def _register() -> None:
-    from . import demo_commands, tune_commands, xdp_commands
+    from . import (bench_commands, demo_commands, listen_commands, observe_commands,
+                   relay_commands, tune_commands, xdp_commands)
 
-    for module in (xdp_commands, tune_commands, demo_commands):
+    for module in (xdp_commands, tune_commands, demo_commands, listen_commands, bench_commands,
+                   observe_commands, relay_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
 

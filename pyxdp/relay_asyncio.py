@@ -1,0 +1,204 @@
+"""The reference relay: the same job as pyxdp/relay.py, done in userspace
+with asyncio, every frame validated by pyxdp.frames.StreamDecoder.
+
+It is the baseline the in-kernel relay is measured against, and a second
+implementation of the same rules for the tests to compare with: whole frames
+only, EOF passed on at a frame boundary (half-close), and a stream that
+breaks (unknown type, oversize length, EOF inside a frame, reset) closes the
+pair, the offender with a RST. Its stats have the shape of Relay.stats().
+"""
+
+import asyncio
+import socket
+import threading
+
+from . import counters, frames, relay_sockets
+from .errors import ZerolayerError
+from .frames import StreamBroken, StreamDecoder
+from .relay_maps import BROKEN, CLOSE_REASONS, FIELDS
+
+
+class AsyncioRelay:
+    """serve_forever() blocks; start() runs it in a thread, stop() ends it.
+    The sockmap relay also keeps one, without a listener, for the pairs the
+    kernel cannot take (adopt())."""
+
+    def __init__(self, listen: str | None, upstream: str, *,
+                 max_length: int = frames.DEFAULT_MAX_LENGTH):
+        self.upstream = upstream
+        _, self._upstream_addr = relay_sockets.parse_address(upstream)
+        self.max_length = max_length
+        # Without LISTEN it only relays pairs handed to it by adopt().
+        self._sock = relay_sockets.listener(listen) if listen else None
+        self.address = relay_sockets.format_address(self._sock.getsockname()) if listen else None
+        self.pairs = {"accepted": 0, "active": 0, "closed": 0, "refused": 0,
+                      "upstream_unreachable": 0, "userspace": 0}
+        self.closed = dict.fromkeys(CLOSE_REASONS, 0)
+        self.counters = dict.fromkeys(FIELDS, 0)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        # The loop holds tasks weakly, and a pair whose sockets are not being
+        # read is referenced only by its own tasks: hold them here.
+        self._tasks: set[asyncio.Task] = set()
+
+    def stats(self) -> dict:
+        return {
+            "engine": "asyncio",
+            "listen": self.address,
+            "upstream": self.upstream,
+            "max_length": self.max_length,
+            "pairs": dict(self.pairs),
+            "closed": dict(self.closed),
+            "counters": counters.nest(self.counters, FIELDS),
+        }
+
+    # --- one pair -------------------------------------------------------------------------
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
+        """Forward whole, valid frames from READER to WRITER until EOF ("eof")
+        or a failure (its reason)."""
+        decoder = StreamDecoder(self.max_length)
+        try:
+            while data := await reader.read(65536):
+                try:
+                    batch = decoder.feed(data)
+                except StreamBroken as exc:
+                    # Whole frames that came before the bad header still go on.
+                    self._forward(exc.frames, writer)
+                    await writer.drain()
+                    self.counters[f"malformed.{exc.reason}"] += 1
+                    return exc.reason
+                if batch:
+                    self._forward(batch, writer)
+                    await writer.drain()
+        except ConnectionError:
+            return "reset"
+        if not decoder.at_boundary:
+            return "short_header" if decoder.pending < frames.HEADER_LEN else "truncated"
+        try:
+            writer.write_eof()
+        except (OSError, RuntimeError):
+            pass  # the other side is already gone
+        return "eof"
+
+    def _forward(self, batch: list[frames.Frame], writer: asyncio.StreamWriter) -> None:
+        c = self.counters
+        for f in batch:
+            c[f"frames.{f.type.label}"] += 1
+            c["payload_bytes"] += len(f.payload)
+        c["redirected"] += len(batch)
+        writer.write(frames.encode_frames(batch))
+
+    def _hold(self, task: asyncio.Task) -> asyncio.Task:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _accepted(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        self._hold(asyncio.current_task())
+        self.pairs["accepted"] += 1
+        try:
+            ureader, uwriter = await asyncio.open_connection(*self._upstream_addr[:2])
+        except OSError:
+            self.pairs["upstream_unreachable"] += 1
+            cwriter.close()
+            return
+        await self._relay(creader, cwriter, ureader, uwriter)
+
+    def adopt(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Relay two connected sockets from now on (from any thread)."""
+        asyncio.run_coroutine_threadsafe(self._adopt(client, upstream), self._loop)
+
+    async def _adopt(self, client: socket.socket, upstream: socket.socket) -> None:
+        self._hold(asyncio.current_task())
+        creader, cwriter = await asyncio.open_connection(sock=client)
+        ureader, uwriter = await asyncio.open_connection(sock=upstream)
+        await self._relay(creader, cwriter, ureader, uwriter)
+
+    async def _relay(self, creader, cwriter, ureader, uwriter) -> None:
+        self.pairs["userspace"] += 1
+        self.pairs["active"] += 1
+        up = self._hold(asyncio.ensure_future(self._pump(creader, uwriter)))
+        down = self._hold(asyncio.ensure_future(self._pump(ureader, cwriter)))
+        reason = "relay_stopped"
+        try:
+            reason = await self._until_ended({up: cwriter, down: uwriter})
+        finally:
+            for task in (up, down):
+                task.cancel()
+            for w in (cwriter, uwriter):
+                w.close()
+            self.pairs["active"] -= 1
+            self.pairs["closed"] += 1
+            self.closed[reason] += 1
+
+    @staticmethod
+    async def _until_ended(offender_of: dict) -> str:
+        """Wait for both directions to end ("eof"), or the first failure:
+        its reason; a broken stream's source is reset."""
+        pending = set(offender_of)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                reason = task.result()
+                if reason != "eof":
+                    if reason in BROKEN:
+                        _reset(offender_of[task])
+                    return reason
+        return "eof"
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def _serve(self, ready: threading.Event | None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        if self._sock is not None:
+            server = await asyncio.start_server(self._accepted, sock=self._sock)
+        if ready is not None:
+            ready.set()
+        if self._sock is not None:
+            async with server:
+                await self._stopped.wait()
+        else:
+            await self._stopped.wait()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def serve_forever(self, ready: threading.Event | None = None) -> None:
+        asyncio.run(self._serve(ready))
+
+    def start(self) -> "AsyncioRelay":
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self.serve_forever, args=(ready,),
+                                        name="zerolayer-asyncio-relay", daemon=True)
+        self._thread.start()
+        if not ready.wait(5):
+            raise ZerolayerError("the asyncio relay did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+        if self._thread is not None:
+            self._thread.join(5)
+        if self._sock is not None:
+            self._sock.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with a RST: the peer broke the stream."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            relay_sockets.reset_on_close(sock)
+        except OSError:
+            pass
+    writer.transport.abort()

@@ -1,0 +1,135 @@
+"""`zerolayer relay`, `serve` and `send` as a user runs them: separate
+processes, across the lab's two namespaces (client and token server in the
+peer, the relay in the dut), stopped with SIGTERM, reporting what they did."""
+
+import contextlib
+import json
+import re
+import select
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import ZEROLAYER
+
+
+@contextlib.contextmanager
+def running(*args):
+    """Run `zerolayer ARGS` for the block; yield it and its first line on
+    stderr (where the long-running commands say where they listen). It is
+    killed on the way out unless the block stopped it (stop())."""
+    proc = subprocess.Popen([ZEROLAYER, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stderr], [], [], 30)
+        assert ready, f"zerolayer {args[0]} said nothing within 30 s"
+        line = proc.stderr.readline()
+        assert proc.poll() is None, f"zerolayer {args[0]} failed: {line}{proc.stderr.read()}"
+        yield proc, line
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def stop(proc: subprocess.Popen) -> tuple[str, str]:
+    """SIGTERM, as a service manager stops it; its output."""
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return out, err
+
+
+def address_in(line: str) -> str:
+    return re.search(r"(\d+\.\d+\.\d+\.\d+:\d+)", line).group(1)
+
+
+@pytest.mark.parametrize("engine", ["sockmap", "asyncio"])
+def test_relay_serve_and_send_across_namespaces(lab, cli, engine):
+    with running("serve", "--listen", f"{lab.peer.ipv4}:9977", "--netns", lab.peer.netns) \
+            as (server, line):
+        assert address_in(line) == f"{lab.peer.ipv4}:9977"
+        with running("relay", "--listen", f"{lab.dut.ipv4}:9000",
+                     "--upstream", f"{lab.peer.ipv4}:9977", "--engine", engine,
+                     "--json-stats", "--netns", lab.dut.netns) as (relay, line):
+            assert f"{lab.dut.ipv4}:9000 -> {lab.peer.ipv4}:9977" in line
+            sent = cli("send", f"{lab.dut.ipv4}:9000", "--prompt", "tokens through the relay",
+                       "--max-tokens", "6", "--ping", "--json", "--netns", lab.peer.netns,
+                       check=True)
+            out, _ = stop(relay)
+        served, _ = stop(server)
+    records = [json.loads(ln) for ln in sent.stdout.splitlines()]
+    assert [r.get("type") for r in records[:-1]] == ["pong"] + ["token"] * 6 + ["done"]
+    assert "".join(r["payload"] for r in records if r.get("type") == "token") == \
+        "tokens through the relay tokens through"
+    assert records[-1]["summary"]["tokens"] == 6
+    stats = json.loads(out.splitlines()[-1])
+    assert stats["engine"] == engine
+    assert stats["pairs"]["accepted"] == 1 and stats["closed"]["eof"] == 1
+    assert stats["counters"]["frames"] == {"request": 1, "token": 6, "done": 1,
+                                           "ping": 1, "pong": 1}
+    assert served.strip() == "1 connections, 1 requests, 1 pings, 0 broken"
+
+
+def test_relay_prints_stats_at_intervals(cli):
+    with running("serve", "--listen", "127.0.0.1:0") as (server, line):
+        with running("relay", "--listen", "127.0.0.1:0", "--upstream", address_in(line),
+                     "--interval", "0.2") as (relay, line):
+            cli("send", address_in(line), "--max-tokens", "3", check=True)
+            interval_line = relay.stdout.readline()
+            out, _ = stop(relay)
+        stop(server)
+    assert "pairs active" in interval_line
+    assert "CLOSED BECAUSE" in out and "frames.token" in out
+
+
+def test_send_reports_an_unreachable_server_in_one_line(cli):
+    proc = cli("send", "127.0.0.1:1", "--timeout", "2")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("zerolayer: cannot connect to 127.0.0.1:1")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--listen", "localhost:9000", "--upstream", "127.0.0.1:9977"], "is not a numeric"),
+    (["--listen", "127.0.0.1", "--upstream", "127.0.0.1:9977"], "is not ADDR:PORT"),
+    (["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9977", "--netns", "zl-no-such-ns"],
+     "does not exist"),
+])
+def test_relay_refuses_bad_arguments_in_one_line(cli, args, message):
+    proc = cli("relay", *args)
+    assert proc.returncode == 1
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_relay_without_its_options_is_a_usage_error(cli):
+    proc = cli("relay", "--listen", "127.0.0.1:0")
+    assert proc.returncode == 2 and "--upstream" in proc.stderr
+
+
+def test_the_relay_leaves_nothing_behind(cli):
+    """A relay process that comes and goes leaves no BPF program or map."""
+    if not shutil.which("bpftool"):
+        pytest.skip("bpftool is not installed")
+
+    def ours() -> set[tuple[str, int]]:
+        found = set()
+        for kind in ("prog", "map"):
+            out = subprocess.run(["bpftool", "-j", kind, "show"], capture_output=True, text=True)
+            found |= {(kind, o["id"]) for o in json.loads(out.stdout or "[]")
+                      if o.get("name", "").startswith("zl_sk_")}
+        return found
+
+    before = ours()
+    with running("relay", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1") as (relay, _):
+        new = ours() - before
+        stop(relay)
+    assert sorted(kind for kind, _ in new) == ["map"] * 4 + ["prog"] * 2
+    deadline = time.monotonic() + 10  # the kernel frees maps after an RCU grace period
+    while ours() & new and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not ours() & new

@@ -1,0 +1,500 @@
+"""The TCP frame relay against real sockets on loopback: the in-kernel relay
+(sockmap + stream parser) and the asyncio reference relay, held to the same
+rules. The test is both ends: the client, and the upstream server (a
+listener it accepts from), so it can put any bytes on either side and see
+exactly what comes out of the other.
+
+After every case: nothing partial or merged was delivered (the bytes out
+decode to exactly the whole frames in), the offending stream was closed and
+its reason counted, and no map entry or fd is left behind.
+"""
+
+import os
+import shutil
+import socket
+import struct
+import time
+
+import pytest
+
+from pyxdp import frames, relay_sockets
+from pyxdp.bpf import SOURCE_DIR
+from pyxdp.errors import ZerolayerError
+from pyxdp.frames import FrameType, StreamDecoder, encode
+from pyxdp.relay import Relay, serve_in_thread
+from pyxdp.relay_asyncio import AsyncioRelay
+from pyxdp.relay_maps import RelayDataPath
+from pyxdp.relay_tokens import TokenServer, answer, request_payload
+
+ENGINES = ["sockmap", "asyncio"]
+PAUSE = 0.003  # between sends that must land in separate TCP segments
+
+
+@pytest.fixture(scope="module")
+def datapath():
+    """The kernel side, compiled once for the module; each test gets its own
+    relay on it."""
+    with RelayDataPath(max_socks=4096) as dp:
+        dp.self_check()
+        yield dp
+
+
+def open_fds() -> set[tuple[str, str]]:
+    """This process's fds and what each is (socket:[inode] and the like)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.add((fd, os.readlink(f"/proc/self/fd/{fd}")))
+        except FileNotFoundError:
+            pass  # the one listdir itself used
+    return out
+
+
+class Harness:
+    """A relay of ENGINE from the test (client) to UPSTREAM, by default a
+    listener the test accepts from."""
+
+    def __init__(self, engine: str, datapath, *, upstream: str | None = None,
+                 max_length: int = frames.DEFAULT_MAX_LENGTH, **sockmap_options):
+        self.engine = engine
+        self.datapath = datapath
+        self.listener = None
+        if upstream is None:
+            self.listener = relay_sockets.listener("127.0.0.1:0")
+            self.listener.settimeout(5)
+            upstream = relay_sockets.format_address(self.listener.getsockname())
+        if engine == "sockmap":
+            self.relay = Relay("127.0.0.1:0", upstream, datapath=datapath,
+                               max_length=max_length, **sockmap_options)
+            self.thread = serve_in_thread(self.relay)
+        else:
+            self.relay = AsyncioRelay("127.0.0.1:0", upstream, max_length=max_length).start()
+        self.fds = open_fds()
+        self.kernel_before = datapath.read_counters()
+
+    def connect(self) -> tuple[socket.socket, socket.socket]:
+        """(client end, upstream end) of one relayed connection."""
+        client = relay_sockets.connect(self.relay.address)
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        upstream, _ = self.listener.accept()
+        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return client, upstream
+
+    def stats(self) -> dict:
+        return self.relay.stats()
+
+    def settle(self, closed: int, timeout: float = 10.0) -> dict:
+        """Wait until CLOSED pairs have been torn down and none is left."""
+        deadline = time.monotonic() + timeout
+        while True:
+            stats = self.stats()
+            if stats["pairs"]["closed"] >= closed and stats["pairs"]["active"] == 0:
+                return stats
+            if time.monotonic() > deadline:
+                raise AssertionError(f"relay did not settle: {stats}")
+            time.sleep(0.01)
+
+    def check_no_leaks(self) -> None:
+        # asyncio closes a transport on its loop's next turn: give it time
+        deadline = time.monotonic() + 5
+        while open_fds() - self.fds and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not open_fds() - self.fds, "the relay leaked file descriptors"
+        if self.engine == "sockmap":
+            assert self.datapath.sockets() == [], "sockets left in the sockhash"
+            assert self.datapath.conns() == [], "pair state left in zl_sk_conns"
+
+    def kernel_delta(self) -> dict:
+        after = self.datapath.read_counters()
+        return {k: after[k] - self.kernel_before[k] for k in after}
+
+    def stop(self) -> None:
+        self.relay.stop()
+        if self.engine == "sockmap":
+            self.thread.join(10)
+            self.relay.close()
+        if self.listener is not None:
+            self.listener.close()
+
+
+@pytest.fixture(params=ENGINES)
+def harness(request, datapath):
+    made = []
+
+    def make(**kwargs) -> Harness:
+        h = Harness(request.param, datapath, **kwargs)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.stop()
+
+
+def recv_exactly(sock: socket.socket, n: int, timeout: float = 5.0) -> bytes:
+    sock.settimeout(timeout)
+    out = b""
+    while len(out) < n:
+        data = sock.recv(n - len(out))
+        if not data:
+            break
+        out += data
+    return out
+
+
+def recv_to_end(sock: socket.socket, timeout: float = 5.0) -> tuple[bytes, str]:
+    """Everything until the stream ends, and how: "eof" or "reset"."""
+    sock.settimeout(timeout)
+    out = b""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError:
+            return out, "reset"
+        if not data:
+            return out, "eof"
+        out += data
+
+
+def whole_frames(data: bytes) -> list[frames.Frame]:
+    """DATA must be whole frames and nothing else."""
+    decoder = StreamDecoder()
+    out = decoder.feed(data)
+    assert decoder.at_boundary, f"{decoder.pending} bytes of a partial frame were delivered"
+    return out
+
+
+def sample_frames() -> bytes:
+    return (encode(FrameType.REQUEST, request_payload("split me")) + encode(FrameType.TOKEN, "a")
+            + encode(FrameType.PING) + encode(FrameType.TOKEN, "x" * 300) + encode(FrameType.DONE))
+
+
+def counted(h: Harness) -> dict:
+    """Frames counted by the relay: by the kernel, or by the asyncio relay."""
+    if h.engine == "sockmap":
+        return h.kernel_delta()
+    flat = {}
+    for group, value in h.stats()["counters"].items():
+        if isinstance(value, dict):
+            flat.update({f"{group}.{k}": v for k, v in value.items()})
+        else:
+            flat[group] = value
+    return flat
+
+
+# --- framing ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("direction", ["up", "down"])
+def test_frames_split_at_every_byte_offset(harness, direction):
+    h = harness()
+    client, upstream = h.connect()
+    src, dst = (client, upstream) if direction == "up" else (upstream, client)
+    stream = sample_frames()
+    for cut in range(len(stream) + 1):
+        src.sendall(stream[:cut])
+        time.sleep(PAUSE)
+        src.sendall(stream[cut:])
+        got = recv_exactly(dst, len(stream))
+        assert got == stream, f"split at byte {cut}: relayed bytes differ"
+    src.close()
+    assert recv_to_end(dst) == (b"", "eof")
+    dst.close()
+    stats = h.settle(closed=1)
+    assert stats["closed"]["eof"] == 1
+    rounds = len(stream) + 1
+    c = counted(h)
+    assert c["frames.token"] == 2 * rounds and c["frames.done"] == rounds
+    assert c["redirected"] == 5 * rounds
+    h.check_no_leaks()
+
+
+def test_many_frames_in_one_segment(harness):
+    h = harness()
+    client, upstream = h.connect()
+    batch = b"".join(encode(FrameType.TOKEN, struct.pack("!Q", i)) for i in range(1000))
+    assert len(batch) < 65000  # one loopback segment
+    upstream.sendall(batch)
+    got = whole_frames(recv_exactly(client, len(batch)))
+    assert [struct.unpack("!Q", f.payload)[0] for f in got] == list(range(1000))
+    assert counted(h)["frames.token"] == 1000
+    client.close()
+    upstream.close()
+    h.settle(closed=1)
+    h.check_no_leaks()
+
+
+def test_header_split_one_and_four(harness):
+    h = harness()
+    client, upstream = h.connect()
+    frame = encode(FrameType.TOKEN, "split header")
+    for part in (frame[:1], frame[1:5], frame[5:]):
+        upstream.sendall(part)
+        time.sleep(PAUSE)
+    assert whole_frames(recv_exactly(client, len(frame))) == [frames.Frame(FrameType.TOKEN, b"split header")]
+    client.close()
+    upstream.close()
+    h.settle(closed=1)
+    h.check_no_leaks()
+
+
+# --- broken streams ---------------------------------------------------------------------------
+
+BAD_HEADERS = {
+    "oversize": struct.pack("!IB", frames.DEFAULT_MAX_LENGTH + 1, FrameType.TOKEN),
+    "unknown_type": struct.pack("!IB", 3, 9),
+}
+
+
+@pytest.mark.parametrize("reason", sorted(BAD_HEADERS))
+@pytest.mark.parametrize("offender", ["client", "upstream"])
+def test_broken_stream_is_closed_and_counted(harness, reason, offender):
+    h = harness()
+    client, upstream = h.connect()
+    bad, good = (client, upstream) if offender == "client" else (upstream, client)
+    before = encode(FrameType.TOKEN, "whole") + encode(FrameType.PING)
+    bad.sendall(before + BAD_HEADERS[reason] + b"abc" + encode(FrameType.TOKEN, "after"))
+    # the innocent side gets the whole frames before the bad header, then EOF
+    got, how = recv_to_end(good)
+    assert (got, how) == (before, "eof")
+    # the offender's connection is reset
+    assert recv_to_end(bad)[1] == "reset"
+    for s in (client, upstream):
+        s.close()
+    stats = h.settle(closed=1)
+    assert stats["closed"][reason] == 1
+    assert counted(h)[f"malformed.{reason}"] == 1
+    h.check_no_leaks()
+
+
+def test_max_length_changes_at_run_time(harness):
+    h = harness(max_length=16)
+    client, upstream = h.connect()
+    ok = encode(FrameType.TOKEN, "x" * 16)
+    upstream.sendall(ok + encode(FrameType.TOKEN, "y" * 17))
+    assert recv_to_end(client) == (ok, "eof")
+    client.close()
+    upstream.close()
+    assert h.settle(closed=1)["closed"]["oversize"] == 1
+    if h.engine == "sockmap":  # the same relay, a new limit, no restart
+        h.relay.set_max_length(17)
+        assert h.stats()["max_length"] == 17
+        client, upstream = h.connect()
+        upstream.sendall(encode(FrameType.TOKEN, "y" * 17))
+        assert recv_exactly(client, 22) == encode(FrameType.TOKEN, "y" * 17)
+        client.close()
+        upstream.close()
+        h.settle(closed=2)
+    h.check_no_leaks()
+
+
+@pytest.mark.parametrize("how", ["short_header", "truncated", "reset"])
+def test_peer_vanishes_mid_frame(harness, how):
+    h = harness()
+    client, upstream = h.connect()
+    whole = encode(FrameType.TOKEN, "kept") + encode(FrameType.TOKEN, "also kept")
+    partial = encode(FrameType.TOKEN, "never delivered")
+    partial = partial[:3] if how == "short_header" else partial[:9]
+    upstream.sendall(whole + partial)
+    time.sleep(PAUSE)
+    if how == "reset":
+        relay_sockets.reset_on_close(upstream)
+    upstream.close()
+    got, end = recv_to_end(client)
+    assert got == whole and end == "eof"
+    client.close()
+    assert h.settle(closed=1)["closed"][how] == 1
+    h.check_no_leaks()
+
+
+# --- lifecycle ---------------------------------------------------------------------------------
+
+def test_a_thousand_connections_opened_and_closed(harness):
+    with TokenServer("127.0.0.1:0") as server:
+        h = harness(upstream=server.address)
+        pong = encode(FrameType.PONG)
+        for _ in range(10):
+            socks = [relay_sockets.connect(h.relay.address) for _ in range(100)]
+            for s in socks:
+                s.sendall(encode(FrameType.PING))
+            for s in socks:
+                assert recv_exactly(s, len(pong)) == pong
+                s.close()
+        stats = h.settle(closed=1000, timeout=30)
+        assert stats["pairs"]["accepted"] == 1000
+        assert stats["closed"]["eof"] == 1000
+        assert server.stats.connections == 1000
+        h.check_no_leaks()
+
+
+def test_everything_relayed_reaches_a_slow_reader_before_eof(harness):
+    """The upstream sends much more than the socket buffers hold and closes
+    at once; the client only starts reading later. Teardown must wait for
+    the kernel's queue to drain, not drop it."""
+    h = harness()
+    client, upstream = h.connect()
+    frame_list = [encode(FrameType.TOKEN, f"{i:08d}" + "z" * 92) for i in range(20000)]
+    data = b"".join(frame_list)
+    upstream.sendall(data)
+    upstream.close()
+    time.sleep(0.5)
+    got, how = recv_to_end(client, timeout=10)
+    assert how == "eof" and got == data
+    client.close()
+    assert h.settle(closed=1)["closed"]["eof"] == 1
+    h.check_no_leaks()
+
+
+def test_half_closed_client_still_gets_its_answer(harness):
+    with TokenServer("127.0.0.1:0") as server:
+        h = harness(upstream=server.address)
+        client = relay_sockets.connect(h.relay.address)
+        request = request_payload("one two three", max_tokens=7)
+        client.sendall(encode(FrameType.REQUEST, request))
+        client.shutdown(socket.SHUT_WR)
+        got, how = recv_to_end(client)
+        received = whole_frames(got)
+        assert how == "eof"
+        assert [f.payload.decode() for f in received[:-1]] == answer(request)
+        assert received[-1].type is FrameType.DONE
+        client.close()
+        assert h.settle(closed=1)["closed"]["eof"] == 1
+        h.check_no_leaks()
+
+
+def test_client_that_half_closes_before_the_upstream_answers(harness):
+    """The kernel takes only established sockets into a sockhash; a client
+    whose FIN is in before its pair is made is relayed in userspace, by the
+    same rules, and counted. The upstream's accept queue is kept full so
+    that the relay's connect waits for a SYN retransmission."""
+    h = harness()
+    h.listener.close()
+    upstream_addr = h.relay.upstream
+    _, sockaddr = relay_sockets.parse_address(upstream_addr)
+    lst = socket.socket()
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.bind(sockaddr)
+    lst.listen(0)
+    h.listener = lst
+    h.fds = open_fds()  # the test's new listener is not the relay's
+    filler = relay_sockets.connect(upstream_addr)  # fills the accept queue
+    client = relay_sockets.connect(h.relay.address)
+    request = encode(FrameType.REQUEST, request_payload("early bird"))
+    client.sendall(request)
+    client.shutdown(socket.SHUT_WR)
+    time.sleep(0.2)  # the FIN is in; the relay still waits for its upstream
+    lst.settimeout(10)
+    lst.accept()[0].close()  # the filler's
+    upstream, _ = lst.accept()  # the relay's, after its SYN is retried
+    assert recv_to_end(upstream) == (request, "eof")
+    answer_frames = encode(FrameType.TOKEN, "early") + encode(FrameType.DONE)
+    upstream.sendall(answer_frames)
+    upstream.close()
+    assert recv_to_end(client) == (answer_frames, "eof")
+    client.close()
+    filler.close()
+    stats = h.settle(closed=1)
+    assert stats["closed"]["eof"] == 1 and stats["pairs"]["userspace"] == 1
+    h.check_no_leaks()
+
+
+def test_unreachable_upstream_is_counted(harness):
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    closed_port = relay_sockets.format_address(spare.getsockname())
+    spare.close()  # nothing listens there now
+    h = harness(upstream=closed_port)
+    client = relay_sockets.connect(h.relay.address)
+    assert recv_to_end(client)[0] == b""
+    client.close()
+    deadline = time.monotonic() + 5
+    while h.stats()["pairs"]["upstream_unreachable"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    h.settle(closed=0)
+    h.check_no_leaks()
+
+
+def test_stats_have_one_shape_for_both_engines(datapath):
+    shapes = []
+    for engine in ENGINES:
+        h = Harness(engine, datapath)
+        try:
+            stats = h.stats()
+        finally:
+            h.stop()
+        shapes.append({k: sorted(v) if isinstance(v, dict) else None for k, v in stats.items()})
+        assert stats["engine"] == engine
+    assert shapes[0] == shapes[1]
+
+
+def test_a_reader_too_slow_for_its_backlog_is_cut_off(datapath):
+    """The kernel's queue between two sockets of a sockhash has no bound:
+    the relay closes a pair whose reader lets more than max_backlog pile up.
+    (The asyncio relay has TCP's backpressure instead.)"""
+    h = Harness("sockmap", datapath, max_backlog=1 << 20)
+    try:
+        client, upstream = h.connect()
+        flood = encode(FrameType.TOKEN, "t" * 1000) * 30000  # 30 MB the client never reads
+        upstream.sendall(flood)
+        stats = h.settle(closed=1)
+        assert stats["closed"]["slow_reader"] == 1
+        assert recv_to_end(upstream) == (b"", "eof")
+        got, how = recv_to_end(client)
+        assert how == "reset" and len(got) < len(flood)
+        for s in (client, upstream):
+            s.close()
+        h.check_no_leaks()
+    finally:
+        h.stop()
+
+
+def test_start_up_check_refuses_a_parser_that_misplaces_frames(tmp_path, monkeypatch):
+    """The parser finds each message in the skb from TCP sequence numbers,
+    through the kernel's internal layout; the relay checks that at start-up.
+    A parser that takes every message to start at the skb's first byte (as
+    one would on a kernel laid out otherwise) must be refused there."""
+    src = tmp_path / "bpf"
+    shutil.copytree(SOURCE_DIR, src, ignore=shutil.ignore_patterns("__pycache__"))
+    header = src / "zl_stream.h"
+    text = header.read_text()
+    assert "__u32 seg_seq = skb->cb[0];" in text
+    header.write_text(text.replace("__u32 seg_seq = skb->cb[0];", "__u32 seg_seq = c->next_seq;"))
+    monkeypatch.setenv("ZEROLAYER_BPF_DIR", str(src))
+    with RelayDataPath(max_socks=16) as dp:
+        with pytest.raises(ZerolayerError, match="cannot frame safely"):
+            dp.self_check()
+        assert dp.sockets() == [] and dp.conns() == []
+
+
+def test_a_relay_frees_everything_it_made():
+    """Programs, maps, sockets, threads: a relay that loaded its own data
+    path and is closed leaves nothing open in the process."""
+    before = open_fds()
+    relay = Relay("127.0.0.1:0", "127.0.0.1:1")
+    thread = serve_in_thread(relay)
+    client = relay_sockets.connect(relay.address)
+    assert recv_to_end(client)[0] == b""  # nothing listens upstream
+    client.close()
+    relay.stop()
+    thread.join(10)
+    relay.close()
+    assert not thread.is_alive()
+    assert not open_fds() - before
+
+
+def test_clients_beyond_max_pairs_are_refused(datapath):
+    h = Harness("sockmap", datapath, max_pairs=1)
+    try:
+        client, upstream = h.connect()
+        extra = relay_sockets.connect(h.relay.address)
+        assert recv_to_end(extra)[0] == b""  # closed at once, never relayed
+        extra.close()
+        upstream.sendall(encode(FrameType.TOKEN, "still relayed"))
+        assert recv_exactly(client, 18) == encode(FrameType.TOKEN, "still relayed")
+        client.close()
+        upstream.close()
+        stats = h.settle(closed=1)
+        assert stats["pairs"]["refused"] == 1 and stats["pairs"]["accepted"] == 2
+        h.check_no_leaks()
+    finally:
+        h.stop()
