@@ -13,18 +13,21 @@ import socket
 import threading
 
 from . import counters, frames, relay_sockets
-from .errors import ZerolayerError
+from .asyncio_service import AsyncioService
 from .frames import StreamBroken, StreamDecoder
 from .relay_maps import BROKEN, CLOSE_REASONS, FIELDS
 
 
-class AsyncioRelay:
+class AsyncioRelay(AsyncioService):
     """serve_forever() blocks; start() runs it in a thread, stop() ends it.
     The sockmap relay also keeps one, without a listener, for the pairs the
     kernel cannot take (adopt())."""
 
+    name = "asyncio relay"
+
     def __init__(self, listen: str | None, upstream: str, *,
                  max_length: int = frames.DEFAULT_MAX_LENGTH):
+        super().__init__()
         self.upstream = upstream
         _, self._upstream_addr = relay_sockets.parse_address(upstream)
         self.max_length = max_length
@@ -35,9 +38,6 @@ class AsyncioRelay:
                       "upstream_unreachable": 0, "userspace": 0}
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)
         self.counters = dict.fromkeys(FIELDS, 0)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopped: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
         # The loop holds tasks weakly, and a pair whose sockets are not being
         # read is referenced only by its own tasks: hold them here.
         self._tasks: set[asyncio.Task] = set()
@@ -150,9 +150,7 @@ class AsyncioRelay:
 
     # --- running ---------------------------------------------------------------------------
 
-    async def _serve(self, ready: threading.Event | None) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopped = asyncio.Event()
+    async def _run(self, ready: threading.Event | None) -> None:
         if self._sock is not None:
             server = await asyncio.start_server(self._accepted, sock=self._sock)
         if ready is not None:
@@ -166,31 +164,10 @@ class AsyncioRelay:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def serve_forever(self, ready: threading.Event | None = None) -> None:
-        asyncio.run(self._serve(ready))
-
-    def start(self) -> "AsyncioRelay":
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self.serve_forever, args=(ready,),
-                                        name="zerolayer-asyncio-relay", daemon=True)
-        self._thread.start()
-        if not ready.wait(5):
-            raise ZerolayerError("the asyncio relay did not start")
-        return self
-
     def stop(self) -> None:
-        if self._loop is not None and self._stopped is not None:
-            self._loop.call_soon_threadsafe(self._stopped.set)
-        if self._thread is not None:
-            self._thread.join(5)
+        super().stop()
         if self._sock is not None:
             self._sock.close()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

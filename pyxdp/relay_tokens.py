@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import relay_sockets
+from .asyncio_service import AsyncioService
 from .errors import ZerolayerError
 from .frames import Frame, FrameType, StreamBroken, StreamDecoder, encode
 
@@ -49,18 +50,18 @@ class ServerStats:
     broken: int = 0
 
 
-class TokenServer:
+class TokenServer(AsyncioService):
     """serve_forever() blocks; start() runs it in a thread (tests), stop()
     ends it. TOKEN_DELAY paces tokens like a model would."""
 
+    name = "token server"
+
     def __init__(self, listen: str, *, token_delay: float = 0.0):
+        super().__init__()
         self.token_delay = token_delay
         self.stats = ServerStats()
         self._sock = relay_sockets.listener(listen)
         self.address = relay_sockets.format_address(self._sock.getsockname())
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopped: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
@@ -92,39 +93,16 @@ class TokenServer:
             writer.write(encode(FrameType.DONE, json.dumps({"completion_tokens": len(tokens)})))
         await writer.drain()
 
-    async def _serve(self, ready: threading.Event | None) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopped = asyncio.Event()
+    async def _run(self, ready: threading.Event | None) -> None:
         server = await asyncio.start_server(self._handle, sock=self._sock)
         if ready is not None:
             ready.set()
         async with server:
             await self._stopped.wait()
 
-    def serve_forever(self, ready: threading.Event | None = None) -> None:
-        asyncio.run(self._serve(ready))
-
-    def start(self) -> "TokenServer":
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self.serve_forever, args=(ready,),
-                                        name="zerolayer-serve", daemon=True)
-        self._thread.start()
-        if not ready.wait(5):
-            raise ZerolayerError("the token server did not start")
-        return self
-
     def stop(self) -> None:
-        if self._loop is not None and self._stopped is not None:
-            self._loop.call_soon_threadsafe(self._stopped.set)
-        if self._thread is not None:
-            self._thread.join(5)
+        super().stop()
         self._sock.close()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 # --- client -----------------------------------------------------------------------------

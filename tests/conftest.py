@@ -46,6 +46,18 @@ def lab():
         yield lab
 
 
+@pytest.fixture
+def attached(lab):
+    """A fresh lab with zerolayer attached to dut0, flow tracking on."""
+    from pyxdp import loader
+
+    loader.attach(lab.dut.ifname, flows=True, netns=lab.dut.netns)
+    try:
+        yield lab
+    finally:
+        loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
 @pytest.fixture(scope="session")
 def token_program():
     """zerolayer's XDP program with private maps, for BPF_PROG_TEST_RUN."""

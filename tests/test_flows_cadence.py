@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from pyxdp import flows, frames, loader
+from pyxdp import flows, frames
 from pyxdp.frames import FrameType
 
 T = frames.encode(FrameType.TOKEN, "tok")
@@ -79,15 +79,6 @@ def send_schedule(lab) -> list[tuple[int, bytes]]:
     finally:
         sock.close()
     return sent
-
-
-@pytest.fixture
-def attached(lab):
-    loader.attach(lab.dut.ifname, flows=True, netns=lab.dut.netns)
-    try:
-        yield lab
-    finally:
-        loader.detach(lab.dut.ifname, lab.dut.netns)
 
 
 def test_known_gaps_land_in_their_buckets(attached, cli):

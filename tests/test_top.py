@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import ZEROLAYER
-from pyxdp import loader, traffic
+from pyxdp import traffic
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")
 
@@ -42,15 +42,6 @@ class Pane:
 
     def close(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
-
-
-@pytest.fixture
-def attached(lab):
-    loader.attach(lab.dut.ifname, flows=True, netns=lab.dut.netns)
-    try:
-        yield lab
-    finally:
-        loader.detach(lab.dut.ifname, lab.dut.netns)
 
 
 @pytest.mark.parametrize("quit_key", ["q", "C-c"])

@@ -27,15 +27,6 @@ def no_stray_listeners():
         Listening.running.pop().kill()
 
 
-@pytest.fixture
-def attached(lab):
-    loader.attach(lab.dut.ifname, netns=lab.dut.netns)
-    try:
-        yield lab
-    finally:
-        loader.detach(lab.dut.ifname, lab.dut.netns)
-
-
 class Listening:
     """A `zerolayer listen` process, started and waited for until its
     sockets are registered (it says "listening on" once they are)."""
