@@ -64,7 +64,7 @@ int zl_sk_parser(struct __sk_buff *skb)
 		return zl_sk_break(c, conn, reason);
 
 	total = ZL_FRAME_HDR_LEN + len;
-	types = zl_stream_type_bit(type);
+	types = zl_type_bit(type);
 	if (total <= avail) {
 		/* More whole frames in hand join the message. */
 		for (int i = 1; i < ZL_SK_BATCH; i++) {
@@ -74,7 +74,7 @@ int zl_sk_parser(struct __sk_buff *skb)
 			    ZL_FRAME_HDR_LEN + len > avail - total)
 				break;
 			total += ZL_FRAME_HDR_LEN + len;
-			types += zl_stream_type_bit(type);
+			types += zl_type_bit(type);
 		}
 	}
 	conn->msg_len = total;
@@ -88,8 +88,8 @@ int zl_sk_verdict(struct __sk_buff *skb)
 	struct zl_sk_counters *c;
 	struct zl_sk_conn *conn;
 	__u64 cookie = bpf_get_socket_cookie(skb);
-	__u32 zero = 0, msg_len, start;
-	__u64 types, frames = 0;
+	__u32 zero = 0, msg_len;
+	__u64 frames;
 	int verdict;
 
 	c = zl_sk_counters.lookup(&zero);
@@ -97,25 +97,15 @@ int zl_sk_verdict(struct __sk_buff *skb)
 	if (!c || !conn)
 		return SK_DROP;
 	msg_len = conn->msg_len;
-	types = conn->msg_types;
-#pragma unroll
-	for (int t = 0; t < ZL_FRAME_TYPES; t++) {
-		__u64 n = (types >> (t * 8)) & 0xff;
-
-		c->frames[t] += n;
-		frames += n;
-	}
+	frames = zl_add_frames(c->frames, conn->msg_types);
 	c->payload_bytes += msg_len - ZL_FRAME_HDR_LEN * frames;
-	start = conn->next_seq - conn->msg_off;
+	/* The next message starts here: the parser's next call places it and
+	 * sets its msg_len, seen_end and msg_types afresh. */
 	conn->next_seq += msg_len;
-	conn->seen_end = start + skb->len;
 	conn->in_msg = 0;
-	conn->msg_len = 0;
-	conn->msg_types = 0;
 
 	verdict = bpf_sk_redirect_hash(skb, zl_sk_socks, &conn->peer, 0);
 	if (verdict == SK_PASS) {
-		conn->frames += frames;
 		conn->frame_bytes += msg_len;
 		c->redirected += frames;
 	} else {

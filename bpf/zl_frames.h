@@ -5,30 +5,13 @@
 
 #include "zl_consts.h"
 #include "zl_endian.h"
+#include "zl_counts.h"
 
 struct zl_walk {
-	__u64 type_counts;   /* 8 bits per type: (type - 1) * 8 */
+	__u64 type_counts;   /* packed as zl_counts.h says */
 	__u64 payload_bytes;
 	__u32 reason;        /* enum zl_reason */
 };
-
-/* Adds the walker's packed per-type counts to FRAMES[ZL_FRAME_TYPES]. Most
- * datagrams carry one or two types: skip the absent ones. */
-static __always_inline void zl_add_frames(__u64 *frames, __u64 type_counts)
-{
-#pragma unroll
-	for (int t = 0; t < ZL_FRAME_TYPES; t++) {
-		__u64 n = (type_counts >> (t * 8)) & 0xff;
-
-		if (n)
-			frames[t] += n;
-	}
-}
-
-static __always_inline __u64 zl_type_count(__u64 type_counts, int type)
-{
-	return (type_counts >> ((type - 1) * 8)) & 0xff;
-}
 
 /* Judges one frame header and steps *OFF past the frame. ZL_VALID means
  * "so far so good"; the caller sees the datagram is done when *off == end. */
@@ -41,7 +24,7 @@ static __always_inline __u32 zl_step(__u64 len, __u64 type, __u64 *off, __u64 en
 	*off += ZL_FRAME_HDR_LEN + len;
 	if (*off > end)
 		return ZL_TRUNCATED;
-	*counts += 1ULL << ((type - 1) << 3);
+	*counts += zl_type_bit(type);
 	*bytes += len;
 	return ZL_VALID;
 }

@@ -31,8 +31,9 @@ ZL_MAP("array", __u32, __u8, zl_ports, 65536, "ports");
 ZL_XSKMAP(zl_xsks, ZL_XSKS_MAX, "xsks");
 
 /* Per-flow token cadence (zl_flows.h). An LRU hash: adding a flow to a
- * full table evicts the least recently used one. Each element costs about
- * 350 bytes of kernel memory, allocated up front (5.6 MiB per interface). */
+ * full table evicts the least recently used one. Allocated up front:
+ * bpftool shows memlock 5,768,064 bytes (352 per flow, 5.5 MiB) per
+ * interface on 6.18. */
 #define ZL_FLOWS_MAX 16384
 ZL_MAP("lru_hash", struct zl_flow_key, struct zl_flow, zl_flows, ZL_FLOWS_MAX, "flows");
 

@@ -45,8 +45,7 @@ struct zl_sk_config {
  * arriving. Sequence numbers are TCP's, modulo 2^32. */
 struct zl_sk_conn {
 	__u64 peer;         /* cookie of the socket this one's frames go to */
-	__u64 frames;       /* whole frames redirected to the peer */
-	__u64 frame_bytes;  /* their bytes, headers included */
+	__u64 frame_bytes;  /* bytes of whole frames redirected to the peer */
 	__u64 msg_types;    /* the current message's frames by type, 8 bits each */
 	__u32 first_seq;    /* the stream's first byte */
 	__u32 next_seq;     /* where the current (or next) message starts */

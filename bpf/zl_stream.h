@@ -23,6 +23,7 @@
 #include <uapi/asm-generic/errno.h>
 
 #include "zl_consts.h"
+#include "zl_counts.h"
 #include "zl_endian.h"
 #include "zl_sk_structs.h"
 
@@ -90,11 +91,6 @@ static __always_inline int zl_stream_header(struct __sk_buff *skb, __u32 off,
 	*len = zl_ntohl(*(__u32 *)hdr);
 	*type = hdr[4];
 	return 0;
-}
-
-static __always_inline __u64 zl_stream_type_bit(__u8 type)
-{
-	return 1ULL << ((type - 1) * 8);
 }
 
 #endif

@@ -15,7 +15,6 @@ START = 1767225600.0  # the transcript's clock
 
 route = lab.Lab()  # not entered: only its fixed addresses are used
 conversations = replay.load(HERE / "transcript.jsonl", route)
-extras = [p for p in traffic.mixed_traffic(route, streams=1)
-          if traffic.expected_counters([p])["token_datagrams"] == 0]
-spread = [replay.Timed(0.1 + 0.15 * i, bytes(p)) for i, p in enumerate(extras)]
+spread = [replay.Timed(0.1 + 0.15 * i, bytes(p))
+          for i, p in enumerate(traffic.non_token_packets(route))]
 replay.save_pcap(replay.in_parallel([conversations, spread]), HERE / "tokens.pcap", START)

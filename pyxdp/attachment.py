@@ -10,7 +10,9 @@ import os
 from dataclasses import dataclass
 
 from . import bpfsys, pins, xdp_netlink
+from .errors import ZerolayerError
 from .maps import ZerolayerMaps
+from .privileges import preflight
 
 ZEROLAYER = "zerolayer"
 FOREIGN = "foreign"
@@ -72,6 +74,21 @@ def inspect(ifname: str, netns: str | None = None) -> Inspection:
     return inspect_state(xdp_netlink.query(ifname, netns), netns)
 
 
+def not_attached(ifname: str, netns: str | None) -> ZerolayerError:
+    where = f" --netns {netns}" if netns else ""
+    return ZerolayerError(
+        f"zerolayer is not attached to {ifname}: run `zerolayer attach {ifname}{where}` first")
+
+
+def require_ours(ifname: str, netns: str | None = None) -> Inspection:
+    """The inspection of IFNAME, or a one-line error if zerolayer's program
+    is not the one attached there."""
+    ins = inspect(ifname, netns)
+    if not ins.ours:
+        raise not_attached(ifname, netns)
+    return ins
+
+
 def describe(ins: Inspection) -> dict:
     """One interface for `zerolayer status --json`."""
     out = {
@@ -97,6 +114,7 @@ def describe(ins: Inspection) -> dict:
 def status(ifname: str | None = None, netns: str | None = None) -> list[dict]:
     """Every interface of NETNS (or just IFNAME), plus pin dirs whose
     interface no longer exists."""
+    preflight("zerolayer status")
     if ifname:
         return [describe(inspect(ifname, netns))]
     states = xdp_netlink.query_all(netns)

@@ -21,7 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from . import bench_delivery, bench_parser, bench_xdp, generator, lab as lab_mod
+from . import bench_delivery, bench_parser, bench_xdp, generator, lab as lab_mod, loader, pins
 from .testrun import PassProgram, TokenProgram
 
 
@@ -34,15 +34,16 @@ class Plan:
     xdp_window_s: float
     xdp_chunk: int
     delivery_rounds: int
+    delivery_frames: int
     quick: bool
 
 
 FULL = Plan(parser_rounds=5, parser_repeats=bench_parser.REPEATS, xdp_rounds=10,
             xdp_settle_s=0.05, xdp_window_s=0.3, xdp_chunk=bench_xdp.CHUNK,
-            delivery_rounds=5, quick=False)
+            delivery_rounds=5, delivery_frames=bench_delivery.FRAMES, quick=False)
 QUICK = Plan(parser_rounds=2, parser_repeats=bench_parser.QUICK_REPEATS, xdp_rounds=2,
              xdp_settle_s=0.02, xdp_window_s=0.1, xdp_chunk=bench_xdp.QUICK_CHUNK,
-             delivery_rounds=2, quick=True)
+             delivery_rounds=2, delivery_frames=bench_delivery.QUICK_FRAMES, quick=True)
 
 
 @dataclass(frozen=True)
@@ -100,69 +101,85 @@ def run(quick: bool = False, progress=lambda line: None) -> dict:
     report = {"machine": machine(), "quick": plan.quick}
 
     progress("compiling the programs (zerolayer, XDP_PASS floor, count-and-pass, generator)")
-    token, floor, counter = TokenProgram(), PassProgram(), bench_xdp.CountProgram()
+    floor, counter = PassProgram(), bench_xdp.CountProgram()
     with lab_mod.Lab() as lab:
         gen = generator.LiveGenerator(lab.peer.ifname, lab.peer.netns)
-
-        progress(f"parser cost: {plan.parser_rounds} rounds, BPF_PROG_TEST_RUN, "
-                 f"{plan.parser_repeats[0]:,}..{plan.parser_repeats[-1]:,} repetitions")
-        parser = bench_parser.measure(token, floor, lab, rounds=plan.parser_rounds,
-                                      repeats=plan.parser_repeats)
-        by = parser["by_frames"]
-        report.update({
-            "parser_ns": {str(n): figure(r["parser_ns"]) for n, r in by.items()},
-            "pass_floor_ns": {str(n): figure(r["pass_floor_ns"]) for n, r in by.items()},
-            "parser_ratio": {str(n): figure(r["ratio"]) for n, r in by.items()},
-            "parser_method": (
-                f"slope of thread CPU time over {len(plan.parser_repeats)} repetition counts "
-                f"({plan.parser_repeats[0]:,}..{plan.parser_repeats[-1]:,}), pinned to CPU "
-                f"{parser['cpu']}; IPv4 UDP datagrams of N 16-byte TOKEN frames"
-            ),
-        })
-
-        progress(f"XDP path on veth: {plan.xdp_rounds} rounds of two {plan.xdp_window_s} s "
-                 "windows, generator flat out")
-        load = generator.Mix.single(bench_parser.packet(lab, 4))
-        xdp = bench_xdp.measure(lab, token, counter, gen, load, rounds=plan.xdp_rounds,
-                                settle_s=plan.xdp_settle_s, window_s=plan.xdp_window_s,
-                                chunk=plan.xdp_chunk)
-        report.update({
-            "xdp_mode": xdp["mode"],
-            "xdp_load": "IPv4 UDP datagrams of 4 16-byte TOKEN frames",
-            "zerolayer_dps": figure(xdp["zerolayer_dps"]),
-            "pass_counter_dps": figure(xdp["pass_counter_dps"]),
-            "xdp_ratio": figure(xdp["ratio"]),
-            "generator_pps": round(xdp["generator_pps"], 1),
-            "generator_sent": xdp["generator_sent"],
-            "seen_by_dut": xdp["seen_by_dut"],
-        })
-
-        progress(f"delivery into Python: {plan.delivery_rounds} rounds, AF_XDP and a UDP socket")
-        delivery = bench_delivery.measure(lab, rounds=plan.delivery_rounds, quick=plan.quick)
-        report.update({
-            "xsk_mode": delivery["xsk_mode"],
-            "delivery_frames_offered": delivery["frames_offered"],
-            "xsk_fps": figure(delivery["xsk_fps"]),
-            "udp_fps": figure(delivery["udp_fps"]),
-            "delivery_ratio": figure(delivery["ratio"]),
-            "xsk_lost": figure(delivery["xsk_lost"]),
-            "udp_lost": figure(delivery["udp_lost"]),
-            "delivery_last_round": delivery["last_round"],
-        })
+        # Attached once: every section uses this program (the delivery
+        # section needs its pinned XSKMAP), so it is compiled once.
+        loader.attach(lab.dut.ifname, mode=bench_xdp.MODE, netns=lab.dut.netns)
+        try:
+            token = TokenProgram(pin_dir=pins.pin_dir(lab.dut.ifname, lab.dut.netns))
+            _sections(report, plan, lab, token, floor, counter, gen, progress)
+        finally:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
 
     report["targets"] = targets(report)
     report["duration_s"] = round(time.monotonic() - started, 1)
     return report
 
 
+def _sections(report, plan, lab, token, floor, counter, gen, progress) -> None:
+    """The three sections, side by side on one lab, into REPORT."""
+    progress(f"parser cost: {plan.parser_rounds} rounds, BPF_PROG_TEST_RUN, "
+             f"{plan.parser_repeats[0]:,}..{plan.parser_repeats[-1]:,} repetitions")
+    parser = bench_parser.measure(token, floor, lab, rounds=plan.parser_rounds,
+                                  repeats=plan.parser_repeats)
+    by = parser["by_frames"]
+    report.update({
+        "parser_ns": {str(n): figure(r["parser_ns"]) for n, r in by.items()},
+        "pass_floor_ns": {str(n): figure(r["pass_floor_ns"]) for n, r in by.items()},
+        "parser_ratio": {str(n): figure(r["ratio"]) for n, r in by.items()},
+        "parser_method": (
+            f"slope of thread CPU time over {len(plan.parser_repeats)} repetition counts "
+            f"({plan.parser_repeats[0]:,}..{plan.parser_repeats[-1]:,}), pinned to CPU "
+            f"{parser['cpu']}; IPv4 UDP datagrams of N 16-byte TOKEN frames"
+        ),
+    })
+
+    progress(f"XDP path on veth: {plan.xdp_rounds} rounds of two {plan.xdp_window_s} s "
+             "windows, generator flat out")
+    load = generator.Mix.single(bench_parser.packet(lab, 4))
+    xdp = bench_xdp.measure(lab, token, counter, gen, load, rounds=plan.xdp_rounds,
+                            settle_s=plan.xdp_settle_s, window_s=plan.xdp_window_s,
+                            chunk=plan.xdp_chunk)
+    report.update({
+        "xdp_mode": xdp["mode"],
+        "xdp_load": "IPv4 UDP datagrams of 4 16-byte TOKEN frames",
+        "zerolayer_dps": figure(xdp["zerolayer_dps"]),
+        "pass_counter_dps": figure(xdp["pass_counter_dps"]),
+        "xdp_ratio": figure(xdp["ratio"]),
+        "generator_pps": round(xdp["generator_pps"], 1),
+        "generator_sent": xdp["generator_sent"],
+        "seen_by_dut": xdp["seen_by_dut"],
+    })
+
+    progress(f"delivery into Python: {plan.delivery_rounds} rounds, AF_XDP and a UDP socket")
+    delivery = bench_delivery.measure(lab, gen, rounds=plan.delivery_rounds,
+                                      frames=plan.delivery_frames)
+    report.update({
+        "xsk_mode": delivery["xsk_mode"],
+        "delivery_frames_offered": plan.delivery_frames,
+        "xsk_fps": figure(delivery["xsk_fps"]),
+        "udp_fps": figure(delivery["udp_fps"]),
+        "delivery_ratio": figure(delivery["ratio"]),
+        "xsk_lost": figure(delivery["xsk_lost"]),
+        "udp_lost": figure(delivery["udp_lost"]),
+        "delivery_last_round": delivery["last_round"],
+    })
+
+
+def figure_of(report: dict, key: str) -> dict | None:
+    """The figure a target's KEY names ("parser_ratio.4": the 4-frame entry)."""
+    key, _, frames = key.partition(".")
+    fig = report.get(key)
+    return fig[frames] if fig is not None and frames else fig
+
+
 def targets(report: dict) -> list[dict]:
     """Each target and goal of the issue, with the median measured against it."""
     out = []
     for t in TARGETS:
-        key, _, frames = t.key.partition(".")
-        fig = report.get(key)
-        if fig is not None and frames:
-            fig = fig[frames]
+        fig = figure_of(report, t.key)
         measured = fig["median"] if fig else None
         met = None
         if measured is not None:

@@ -3,9 +3,9 @@ that only returns XDP_PASS, both through BPF_PROG_TEST_RUN on the same packet.
 
 How it is timed, and why:
 - The kernel's own `duration` is a whole number of ns per run: too coarse
-  for programs that cost 6-40 ns.
+  for programs that cost a few ns to a few tens of ns.
 - Each BPF_PROG_TEST_RUN call with more than one repetition also swaps the
-  XDP dispatcher and waits for RCU, ~15-25 ms of wall time that varies from
+  XDP dispatcher and waits for RCU, tens of ms of wall time that vary from
   call to call. Subtracting it as a constant would put its noise into the
   result.
 - So each figure is the least-squares slope of the calling thread's CPU

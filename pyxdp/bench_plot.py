@@ -1,6 +1,7 @@
 """The PNG of `zerolayer bench --plot`: one panel per section, zerolayer's
 bar next to its floor, the median as the bar and min..max as the whisker."""
 
+from .bench import figure_of
 from .errors import ZerolayerError
 
 ZEROLAYER, FLOOR = "#1f77b4", "#b0b0b0"
@@ -26,10 +27,9 @@ def _bar(ax, x, fig, color, label, scale=1.0):
 
 def _ratio_note(ax, report, key, text):
     """The ratio under a panel, with each target and goal on it and whether it was met."""
-    key, _, frames = key.partition(".")
-    fig = report[key][frames] if frames else report[key]
+    fig = figure_of(report, key)
     verdicts = [f"{t['kind']} {t['bound']}: {'met' if t['met'] else 'MISSED'}"
-                for t in report["targets"] if t["key"].partition(".")[0] == key]
+                for t in report["targets"] if t["key"] == key]
     ax.set_xlabel(f"{text}{fig['median']:.2f}x (min {fig['min']:.2f}, max {fig['max']:.2f})\n"
                   + "; ".join(verdicts), fontsize=8)
 

@@ -21,27 +21,31 @@ import os
 import threading
 import time
 
-from . import bpfsys, compiler, xdp_netlink
+from . import bpfsys, compiler, counters, xdp_netlink
 from .errors import ZerolayerError
 
 MODE = "native"
-CHUNK = 2_000_000  # frames per generator call: ~1.5 s at full speed
+CHUNK = 2_000_000  # frames per generator call: about 1 s flat out into zerolayer here
 QUICK_CHUNK = 50_000
 TICK_S = 0.005  # how often a window samples its counter
+
+
+COUNT_PROGRAM = ("xdp_count.c", "xdp_count_pass")
+COUNT_MAPS = {"count": "zl_count"}
 
 
 class CountProgram:
     """bpf/xdp_count.c: counts every packet and passes it."""
 
     def __init__(self):
-        self._loaded = compiler.load(*compiler.COUNT_PROGRAM, maps=compiler.COUNT_MAPS)
+        self._loaded = compiler.load(*COUNT_PROGRAM, maps=COUNT_MAPS)
         self.prog_fd = self._loaded.prog_fd
         self._map_fd = self._loaded.map_fds["count"]
 
     def packets(self) -> int:
         ncpus = bpfsys.possible_cpus()
-        raw = bpfsys.map_lookup(self._map_fd, b"\0\0\0\0", 8 * ncpus)
-        return sum(int.from_bytes(raw[i * 8:(i + 1) * 8], "little") for i in range(ncpus))
+        raw = bpfsys.map_lookup(self._map_fd, bytes(4), 8 * ncpus)
+        return counters.from_percpu(raw, ncpus, fields=("packets",))["packets"]
 
 
 class _Pump:
@@ -78,8 +82,8 @@ class _Pump:
 def _flowing_rate(count, window_s: float) -> float:
     """Counted per second while traffic flowed, over WINDOW_S: the counter
     is sampled every TICK_S and ticks where it did not move are left out.
-    Between two generator calls the kernel waits ~20 ms for RCU and sends
-    nothing; counting those gaps would make a window's rate depend on
+    Between two generator calls the kernel waits tens of ms for RCU and
+    sends nothing; counting those gaps would make a window's rate depend on
     whether one fell into it."""
     counted = flowing = 0.0
     prev_c, prev_t = count(), time.monotonic()
@@ -105,7 +109,7 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
     }
     out = {"zerolayer_dps": [], "pass_counter_dps": [], "ratio": []}
     before = {name: count() for name, (_, count) in contenders.items()}
-    attached = None
+    attached = "zerolayer"  # the bench attached it; it is left attached at the end
 
     def swap_to(name: str) -> None:
         """Atomically replace whatever runs on dut0 with NAME's program."""
@@ -121,7 +125,6 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
 
     names = list(contenders)
     cpus = sorted(os.sched_getaffinity(0))
-    swap_to(names[0])
     try:
         # The generator, and with it dut0's receive work, stays on one CPU.
         with _Pump(gen, mix, chunk, cpus[0] if len(cpus) > 1 else None) as pump:
@@ -137,7 +140,7 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
                 out["ratio"].append(rates["zerolayer"] / rates["pass_counter"]
                                     if rates["pass_counter"] else 0.0)
     finally:
-        xdp_netlink.detach(state.ifindex, MODE, contenders[attached][0], lab.dut.netns)
+        swap_to("zerolayer")
     # One program was attached at any moment (swaps are atomic), so together
     # they saw every frame that reached dut0.
     seen = sum(count() - before[name] for name, (_, count) in contenders.items())

@@ -23,16 +23,12 @@ BPF_OBJ_PIN = 6
 BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
 BPF_PROG_GET_FD_BY_ID = 13
-BPF_MAP_GET_FD_BY_ID = 14
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_MAP_LOOKUP_BATCH = 24
 
 BPF_ANY = 0
-BPF_NOEXIST = 1
-BPF_EXIST = 2
 
 BPF_PROG_TYPE_XDP = 6
-BPF_MAP_TYPE_PERCPU_ARRAY = 6
 
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 
@@ -83,10 +79,6 @@ def obj_get(path: str) -> int:
 
 def prog_fd_by_id(prog_id: int) -> int:
     return bpf(BPF_PROG_GET_FD_BY_ID, _attr("=I", prog_id))
-
-
-def map_fd_by_id(map_id: int) -> int:
-    return bpf(BPF_MAP_GET_FD_BY_ID, _attr("=I", map_id))
 
 
 # --- object info --------------------------------------------------------------
@@ -217,7 +209,6 @@ def map_lookup_batch(fd: int, key_size: int, value_size: int, max_entries: int):
 class TestRun:
     retval: int
     data_out: bytes
-    duration_ns: int  # the kernel's mean per repetition
 
 
 # pytest would otherwise try to collect the dataclass above as a test class
@@ -250,9 +241,8 @@ def prog_test_run(
     )
     bpf(BPF_PROG_TEST_RUN, attr)
     _, retval, _, out_len = struct.unpack_from("=IIII", attr, 0)
-    duration = struct.unpack_from("=I", attr, 36)[0]
     out = data_out.raw[:out_len] if data_out is not None else b""
-    return TestRun(retval=retval, data_out=out, duration_ns=duration)
+    return TestRun(retval=retval, data_out=out)
 
 
 @functools.cache

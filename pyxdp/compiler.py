@@ -18,7 +18,6 @@ from .bpf import SOURCE_DIR
 from .errors import ZerolayerError
 
 TOKEN_PROGRAM = ("xdp_token.c", "zerolayer_xdp")
-PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
 
 # Map variables in bpf/zl_maps.h, by their pin names.
 TOKEN_MAPS = {"counters": "zl_counters", "config": "zl_config", "ports": "zl_ports", "xsks": "zl_xsks",
@@ -139,8 +138,3 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
     finally:
         if not keep_log:
             os.unlink(log_path)
-
-
-# The throughput floor of `zerolayer bench`: counts packets, passes them.
-COUNT_PROGRAM = ("xdp_count.c", "xdp_count_pass")
-COUNT_MAPS = {"count": "zl_count"}

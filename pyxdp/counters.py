@@ -41,8 +41,8 @@ def from_percpu(raw: bytes, ncpus: int, fields=FIELDS) -> dict[str, int]:
     return dict(zip(fields, total))
 
 
-def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
-    return {k: after[k] - before[k] for k in FIELDS}
+def delta(after: dict[str, int], before: dict[str, int], fields=FIELDS) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in fields}
 
 
 def nest(flat: dict[str, int], fields=FIELDS) -> dict:
@@ -57,9 +57,9 @@ def nest(flat: dict[str, int], fields=FIELDS) -> dict:
     return out
 
 
-def flatten(nested: dict) -> dict[str, int]:
+def flatten(nested: dict, fields=FIELDS) -> dict[str, int]:
     flat = {}
-    for key in FIELDS:
+    for key in fields:
         group, _, name = key.partition(".")
         flat[key] = nested[group][name] if name else nested[key]
     return flat

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from . import counters, flows, netns as netns_mod, pins, xsk_published
+from .signals import stop_on_signals
 from .errors import ZerolayerError
 
 DEFAULT_LISTEN = "127.0.0.1:9435"
@@ -144,10 +145,6 @@ def xsk_sockets(netns: str | None = None) -> list[XskSocketDiag] | None:
 
 # --- the metrics -------------------------------------------------------------------
 
-def _labels(o: flows.Observation) -> list[str]:
-    return [o.interface, o.netns or ""]
-
-
 class ZerolayerCollector:
     """A prometheus_client collector: every scrape reads the pinned tree."""
 
@@ -205,7 +202,7 @@ class ZerolayerCollector:
                                            "recently used flow is evicted")
 
         for o in seen:
-            lab = _labels(o)
+            lab = [o.interface, o.netns or ""]  # IFACE
             attached.add_metric(lab, 1 if o.attached else 0)
             if o.attached:
                 info.add_metric(lab + [o.mode or "", str(o.program_id)], 1)
@@ -338,19 +335,14 @@ class Exporter:
 
 def serve(listen: str = DEFAULT_LISTEN, log=print, stop: threading.Event | None = None) -> None:
     """Serve until STOP is set (SIGINT and SIGTERM set it)."""
-    import signal
-
-    stop = stop or threading.Event()
     exporter = Exporter(listen, log)
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        host, port = exporter.address[:2]
-        shown = f"[{host}]" if ":" in host else host
-        log(f"serving http://{shown}:{port}/metrics for every interface under "
-            f"{pins.ROOT} (pid {os.getpid()}); Ctrl-C stops")
-        while not stop.wait(3600):
-            pass
+        with stop_on_signals(stop) as stop:
+            host, port = exporter.address[:2]
+            shown = f"[{host}]" if ":" in host else host
+            log(f"serving http://{shown}:{port}/metrics for every interface under "
+                f"{pins.ROOT} (pid {os.getpid()}); Ctrl-C stops")
+            while not stop.wait(3600):
+                pass
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         exporter.close()

@@ -21,6 +21,8 @@ from .maps import FLOW, FLOW_KEY, GAP_BUCKETS, GAP_HIST, ZerolayerMaps
 
 # Upper edges of the buckets in microseconds; the last bucket has none.
 BUCKET_LE_US: tuple[int | None, ...] = tuple(1 << k for k in range(GAP_BUCKETS - 1)) + (None,)
+# struct zl_gap_hist (GAP_HIST): sum_ns, then the buckets.
+_GAP_HIST_FIELDS = ("sum_ns", *(f"bucket.{i}" for i in range(GAP_BUCKETS)))
 
 
 def gap_bucket(gap_ns: int) -> int:
@@ -36,9 +38,7 @@ def bucket_label(index: int) -> str:
     return "<" + format_us(BUCKET_LE_US[index])
 
 
-def format_us(us: float | None) -> str:
-    if us is None:
-        return "-"
+def format_us(us: float) -> str:
     if us < 1000:
         return f"{us:g}us"
     if us < 1_000_000:
@@ -62,13 +62,15 @@ def percentile_bucket(hist, q: float) -> int | None:
 PERCENTILES = (50, 90, 99)
 
 
+def percentile_buckets(hist) -> dict[str, int | None]:
+    """p50/p90/p99 of HIST as bucket indexes, None when empty."""
+    return {f"p{q}": percentile_bucket(hist, q / 100) for q in PERCENTILES}
+
+
 def percentile_labels(hist) -> dict[str, str]:
     """p50/p90/p99 of HIST as bucket labels ('<32.8ms'), '-' when empty."""
-    out = {}
-    for q in PERCENTILES:
-        index = percentile_bucket(hist, q / 100)
-        out[f"p{q}"] = "-" if index is None else bucket_label(index)
-    return out
+    return {k: "-" if index is None else bucket_label(index)
+            for k, index in percentile_buckets(hist).items()}
 
 
 @dataclass(frozen=True)
@@ -105,15 +107,9 @@ class Flow:
         span = self.last_ns - self.first_ns
         return self.tokens * 1e9 / span if span > 0 else None
 
-    def gap_percentile_buckets(self) -> dict[str, int] | None:
-        """p50/p90/p99 as bucket indexes; None without samples."""
-        if not sum(self.gaps):
-            return None
-        return {f"p{q}": percentile_bucket(self.gaps, q / 100) for q in PERCENTILES}
-
     def to_json(self, now_ns: int) -> dict:
         rate = self.tokens_per_s
-        buckets = self.gap_percentile_buckets()
+        samples = sum(self.gaps)
         return {
             "src": self.src,
             "dport": self.dport,
@@ -124,10 +120,11 @@ class Flow:
             "age_s": round((now_ns - self.first_ns) / 1e9, 3),
             "idle_s": round((now_ns - self.last_ns) / 1e9, 3),
             "tokens_per_s": None if rate is None else round(rate, 1),
-            "gap_samples": sum(self.gaps),
-            "gap_mean_us": round(self.gap_sum_ns / sum(self.gaps) / 1000, 1) if sum(self.gaps) else None,
+            "gap_samples": samples,
+            "gap_mean_us": round(self.gap_sum_ns / samples / 1000, 1) if samples else None,
             # upper bucket edges; null above the last finite edge (1.05 s)
-            "gap_us": None if buckets is None else {k: BUCKET_LE_US[b] for k, b in buckets.items()},
+            "gap_us": {k: BUCKET_LE_US[b] for k, b in percentile_buckets(self.gaps).items()}
+                      if samples else None,
             "gap_histogram": list(self.gaps),
         }
 
@@ -158,12 +155,7 @@ def read_gap_hist(maps) -> tuple[list[int], int]:
     of its gaps in ns, summed over CPUs."""
     ncpus = bpfsys.possible_cpus()
     raw = maps["gaps"].lookup(0, GAP_HIST.size * ncpus)
-    buckets, total_ns = [0] * GAP_BUCKETS, 0
-    for cpu in range(ncpus):
-        fields = GAP_HIST.unpack_from(raw, cpu * GAP_HIST.size)
-        total_ns += fields[0]
-        for i, count in enumerate(fields[1:]):
-            buckets[i] += count
+    total_ns, *buckets = counters.from_percpu(raw, ncpus, _GAP_HIST_FIELDS).values()
     return buckets, total_ns
 
 
@@ -182,8 +174,9 @@ def interval_rates(before: list[Flow], after: list[Flow], seconds: float) -> dic
 def report(ifname: str, netns: str | None = None, top: int | None = None) -> dict:
     """`zerolayer stats IFACE --flows --json`: the stats object, the
     interface's gap histogram, and the flows, most tokens first."""
-    snap = stats.read(ifname, netns)  # checks privileges and that we are attached
-    with ZerolayerMaps.open_pinned(pins.pin_dir(ifname, netns)) as maps:
+    ins, maps = stats.open_pinned(ifname, netns)  # checks privileges and pins
+    with maps:
+        snap = stats.snapshot(ins, maps.read_counters())
         table = read(maps)
         hist, sum_ns = read_gap_hist(maps)
         snap["flow_tracking"] = maps.flows_enabled()

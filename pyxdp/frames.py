@@ -52,10 +52,6 @@ class Frame:
     def encode(self) -> bytes:
         return encode(self.type, self.payload)
 
-    @property
-    def wire_len(self) -> int:
-        return HEADER_LEN + len(self.payload)
-
 
 def encode(frame_type: int, payload: bytes | str = b"") -> bytes:
     if isinstance(payload, str):

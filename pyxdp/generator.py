@@ -13,10 +13,10 @@ repetition); whether they all arrive is the receiver's business, and what
 the counters are for.
 
 Pacing is by chunks: each BPF_PROG_TEST_RUN call with more than one
-repetition costs ~20 ms of setup in the kernel (it swaps the XDP dispatcher
-and waits for RCU), so a target rate is met by sending chunks of a tenth of
-a second's worth at full speed and sleeping between them. GeneratorRun
-reports the rate actually achieved.
+repetition costs tens of ms of setup in the kernel (it swaps the XDP
+dispatcher and waits for RCU), so a target rate is met by sending chunks of
+a tenth of a second's worth at full speed and sleeping between them.
+GeneratorRun reports the rate actually achieved.
 """
 
 import struct
@@ -41,7 +41,8 @@ INDEX = struct.Struct("=I")
 XDP_MD = struct.Struct("=IIIIII")
 # The kernel's limit on frames per batch (it allocates a page each).
 MAX_BATCH = 256
-# Frames a veth accepts beyond its MTU: the Ethernet header and one VLAN tag.
+# Frames a link accepts beyond its MTU: the Ethernet header and one VLAN tag
+# (pyxdp.replay checks against it too).
 L2_OVERHEAD = 14 + 4
 # A paced run sends a tenth of a second's worth per call; a flat-out run
 # sends big chunks so the per-call setup stays small against the work.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from . import netns, pins
 
 PREFIX = "zl-"
-_NAME = re.compile(r"^zl-(\d+)-[0-9a-f]{6}-(dut|peer)$")
+_NAME = re.compile(r"^zl-(\d+)-[0-9a-f]{6}-[a-z0-9]+$")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,12 @@ def _write_sysctl(key: str, value: str) -> None:
 
 def _new_tag() -> str:
     return f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def unique_netns_name(role: str) -> str:
+    """A namespace name for this run (ROLE: lowercase letters and digits),
+    which sweep_stale() removes once this process is gone."""
+    return f"{_new_tag()}-{role}"
 
 
 class Lab:

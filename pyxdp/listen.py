@@ -18,7 +18,7 @@ from . import attachment, xsk_published
 from .errors import ZerolayerError
 from .frames import Frame, FrameError, FrameType, decode_datagram
 from .streams import Stream
-from .xsk import XskSocket, XskStatistics, require_attached, unwind_on_sigterm
+from .xsk import ClosedOnExit, XskSocket, XskStatistics
 
 ATTACHMENT_CHECK_S = 1.0  # while idle, look this often whether zerolayer is still attached
 
@@ -42,17 +42,19 @@ def record(datagram: Datagram, frame: Frame) -> dict:
     return out
 
 
-class Listener:
+class Listener(ClosedOnExit):
     """AF_XDP sockets on QUEUES of IFNAME (default: all), registered with the
     zerolayer program attached there. Use as a context manager."""
 
     def __init__(self, ifname: str, queues=None, *, netns: str | None = None, **socket_options):
         self.ifname, self.netns = ifname, netns
-        ins = require_attached(ifname, netns)
+        ins = attachment.require_ours(ifname, netns)
         self.queues = sorted(set(queues)) if queues else list(range(ins.state.num_rx_queues))
         self.sockets: list[XskSocket] = []
         self._poll = select.poll()
-        self._signals = unwind_on_sigterm()
+        # Datagrams the program redirected that pyxdp.frames cannot decode:
+        # the C walker and the reference judge disagree (a bug). Counted.
+        self.undecodable = 0
         try:
             for q in self.queues:
                 xsk = XskSocket(ifname, q, netns=netns, **socket_options)
@@ -62,9 +64,6 @@ class Listener:
         except BaseException:
             self.close()
             raise
-        # Datagrams the program redirected that pyxdp.frames cannot decode:
-        # the C walker and the reference judge disagree (a bug). Counted.
-        self.undecodable = 0
 
     @property
     def mode(self) -> str:
@@ -147,16 +146,6 @@ class Listener:
         for xsk in self.sockets:
             xsk_published.withdraw(xsk)
             xsk.close()
-
-    def __enter__(self) -> "Listener":
-        self._signals.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.close()
-        finally:
-            self._signals.__exit__(*exc)
 
 
 def queue_list(queues: list[int]) -> str:

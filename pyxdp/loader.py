@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from . import attachment, bpfsys, compiler, frames, pins, xdp_netlink
 from .errors import ZerolayerError
 from .maps import POLICIES, ZerolayerMaps, check_ports
-from .privileges import require_bpf_admin
+from .privileges import preflight
 
 MODES = ("auto", "native", "skb")
 
@@ -46,11 +46,6 @@ class DetachResult:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-def _preflight(action: str) -> None:
-    require_bpf_admin(action)
-    pins.require_bpffs()
 
 
 def _modes_to_try(ifname: str, requested: str, current: str | None) -> list[str]:
@@ -111,7 +106,7 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
 
     PORTS, ON_MALFORMED and FLOWS default to 9977, drop and off on a first
     attach; on an upgrade, options not given keep their current values."""
-    _preflight("zerolayer attach")
+    preflight("zerolayer attach")
     if mode not in MODES:
         raise ZerolayerError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
     if on_malformed is not None and on_malformed not in POLICIES:
@@ -171,7 +166,7 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
 def detach(ifname: str, netns: str | None = None) -> DetachResult:
     """Remove zerolayer's program from IFNAME and its pins. Another tool's
     program is never touched."""
-    _preflight("zerolayer detach")
+    preflight("zerolayer detach")
     pin_dir = pins.pin_dir(ifname, netns)
     try:
         ins = attachment.inspect(ifname, netns)

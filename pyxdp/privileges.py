@@ -15,6 +15,15 @@ def _effective_caps() -> int:
     return 0
 
 
+def preflight(action: str) -> None:
+    """What every command reading or writing zerolayer's pins needs: the
+    capabilities, and bpffs mounted."""
+    from .pins import require_bpffs
+
+    require_bpf_admin(action)
+    require_bpffs()
+
+
 def require_bpf_admin(action: str) -> None:
     """Raise unless we hold CAP_NET_ADMIN and either CAP_BPF or CAP_SYS_ADMIN."""
     caps = _effective_caps()

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from . import counters, frames, relay_sockets
 from .relay_asyncio import AsyncioRelay
-from .relay_maps import BROKEN, CLOSE_REASONS, FIELDS, RelayDataPath
+from .relay_maps import BROKEN, CLOSE_REASONS, FIELDS, ConnState, RelayDataPath
 
 # What the stream parser's error on a socket means (bpf/zl_stream.h).
 ERRNO_REASONS = {errno.EBADMSG: "unknown_type", errno.EMSGSIZE: "oversize", errno.EPROTO: "desync"}
@@ -49,7 +49,7 @@ _TICK = 0.002  # how often closing pairs are looked at
 _BACKLOG_CHECK = 0.25  # how often open pairs' backlogs are
 # Frame bytes the kernel may hold for a socket that does not read fast enough.
 # The kernel's queue between two sockets of a sockhash has no limit of its
-# own (and costs a few hundred bytes per queued message on top of its frames).
+# own (and each queued message costs kernel memory on top of its frames).
 DEFAULT_MAX_BACKLOG = 4 << 20
 
 
@@ -103,6 +103,7 @@ class Relay:
                  drain_timeout: float = 5.0, max_backlog: int = DEFAULT_MAX_BACKLOG,
                  datapath: RelayDataPath | None = None):
         self.upstream = upstream
+        # Both addresses are checked before the compile, so that a typo fails at once.
         self._upstream_family, self._upstream_addr = relay_sockets.parse_address(upstream)
         relay_sockets.parse_address(listen)
         self.max_pairs = max_pairs
@@ -163,6 +164,7 @@ class Relay:
     def set_max_length(self, max_length: int) -> None:
         self.datapath.set_max_length(max_length)
         self._userspace.max_length = max_length
+        self._set_rcvbuf(self._listener)  # clients accepted from now on inherit it
 
     def close(self) -> None:
         self._close_all()
@@ -205,8 +207,9 @@ class Relay:
             },
             "closed": closed,
             # frames the kernel relayed, plus those of userspace pairs
-            "counters": counters.nest({k: kernel[k] - self._kernel_base[k] + user.counters[k]
-                                       for k in kernel}, FIELDS),
+            "counters": counters.nest({k: v + user.counters[k] for k, v in
+                                       counters.delta(kernel, self._kernel_base, FIELDS).items()},
+                                      FIELDS),
         }
 
     # --- events ------------------------------------------------------------------------
@@ -371,24 +374,13 @@ class Relay:
         """Has the parser seen everything SIDE received? (After a reset we do
         not know whether a FIN came first, and counted as one byte.)"""
         received = relay_sockets.bytes_received(side.sock)
-        return any(self._tail(side, data) != "pending" for data in (received, received - 1))
-
-    def _tail(self, side: Side, data: int | None = None) -> str:
-        """After SIDE's EOF, its DATA bytes all in: did its stream end at a
-        frame boundary ("clean"), in a header ("short_header") or a payload
-        ("truncated"), or has the parser not caught up with them ("pending")?"""
-        if data is None:
-            data = relay_sockets.bytes_received(side.sock) - 1  # the FIN counts as one
         st = self.datapath.conn(side.cookie)
-        if st is None or not st.started:
-            return "clean" if data <= 0 else "pending"
-        end = (st.first_seq + data) & 0xFFFFFFFF
-        if not st.in_msg:
-            return "clean" if st.next_seq == end else "pending"
-        if st.msg_len:
-            msg_end = (st.next_seq + st.msg_len) & 0xFFFFFFFF
-            return "truncated" if _seq_after(msg_end, end) else "pending"
-        return "short_header" if st.seen_end == end else "pending"
+        return any(_stream_end(st, data) != "pending" for data in (received, received - 1))
+
+    def _tail(self, side: Side) -> str:
+        """How SIDE's stream ended, after its EOF (see _stream_end)."""
+        data = relay_sockets.bytes_received(side.sock) - 1  # the FIN counts as one
+        return _stream_end(self.datapath.conn(side.cookie), data)
 
     def _backlog(self, src: Side, dst: Side) -> int:
         """Bytes of frames the kernel relayed from SRC that have not reached
@@ -462,6 +454,22 @@ class Relay:
         """The stream parser refuses a frame longer than the socket's receive
         buffer (EMSGSIZE): make room for the longest one allowed."""
         relay_sockets.ensure_rcvbuf(sock, self.datapath.max_length() + frames.HEADER_LEN)
+
+
+def _stream_end(st: ConnState | None, data: int) -> str:
+    """A socket's DATA bytes all in, and ST its parser's state: did its stream
+    end at a frame boundary ("clean"), in a header ("short_header") or a
+    payload ("truncated"), or has the parser not caught up with them
+    ("pending")?"""
+    if st is None or not st.started:
+        return "clean" if data <= 0 else "pending"
+    end = (st.first_seq + data) & 0xFFFFFFFF
+    if not st.in_msg:
+        return "clean" if st.next_seq == end else "pending"
+    if st.msg_len:
+        msg_end = (st.next_seq + st.msg_len) & 0xFFFFFFFF
+        return "truncated" if _seq_after(msg_end, end) else "pending"
+    return "short_header" if st.seen_end == end else "pending"
 
 
 def _seq_after(a: int, b: int) -> bool:

@@ -10,10 +10,9 @@ pair, the offender with a RST. Its stats have the shape of Relay.stats().
 
 import asyncio
 import socket
-import threading
 
 from . import counters, frames, relay_sockets
-from .asyncio_service import AsyncioService
+from .asyncio_service import AsyncioService, reset
 from .frames import StreamBroken, StreamDecoder
 from .relay_maps import BROKEN, CLOSE_REASONS, FIELDS
 
@@ -27,13 +26,11 @@ class AsyncioRelay(AsyncioService):
 
     def __init__(self, listen: str | None, upstream: str, *,
                  max_length: int = frames.DEFAULT_MAX_LENGTH):
-        super().__init__()
-        self.upstream = upstream
         _, self._upstream_addr = relay_sockets.parse_address(upstream)
-        self.max_length = max_length
         # Without LISTEN it only relays pairs handed to it by adopt().
-        self._sock = relay_sockets.listener(listen) if listen else None
-        self.address = relay_sockets.format_address(self._sock.getsockname()) if listen else None
+        super().__init__(listen)
+        self.upstream = upstream
+        self.max_length = max_length
         self.pairs = {"accepted": 0, "active": 0, "closed": 0, "refused": 0,
                       "upstream_unreachable": 0, "userspace": 0}
         self.closed = dict.fromkeys(CLOSE_REASONS, 0)
@@ -95,7 +92,8 @@ class AsyncioRelay(AsyncioService):
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _accepted(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+    async def _connection(self, creader: asyncio.StreamReader,
+                          cwriter: asyncio.StreamWriter) -> None:
         self._hold(asyncio.current_task())
         self.pairs["accepted"] += 1
         try:
@@ -144,38 +142,6 @@ class AsyncioRelay(AsyncioService):
                 reason = task.result()
                 if reason != "eof":
                     if reason in BROKEN:
-                        _reset(offender_of[task])
+                        reset(offender_of[task])
                     return reason
         return "eof"
-
-    # --- running ---------------------------------------------------------------------------
-
-    async def _run(self, ready: threading.Event | None) -> None:
-        if self._sock is not None:
-            server = await asyncio.start_server(self._accepted, sock=self._sock)
-        if ready is not None:
-            ready.set()
-        if self._sock is not None:
-            async with server:
-                await self._stopped.wait()
-        else:
-            await self._stopped.wait()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def stop(self) -> None:
-        super().stop()
-        if self._sock is not None:
-            self._sock.close()
-
-
-def _reset(writer: asyncio.StreamWriter) -> None:
-    """Close with a RST: the peer broke the stream."""
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        try:
-            relay_sockets.reset_on_close(sock)
-        except OSError:
-            pass
-    writer.transport.abort()

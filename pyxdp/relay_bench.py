@@ -2,11 +2,10 @@
 side in one run: through the in-kernel relay (sockmap + stream parser),
 through the asyncio reference relay, and over a direct connection.
 
-The load is 13-byte frames (5-byte header, 8-byte payload), what an LLM
-token stream mostly is. A generator process streams them; a receiver process
-reads them. Neither works a frame at a time in Python, so neither is what is
-measured (an earlier prototype's per-frame Python sender was its
-bottleneck):
+The load is 13-byte frames (5-byte header, 8-byte payload), about one
+token's text each. A generator process streams them; a receiver process
+reads them. Neither works a frame at a time in Python, so that neither is
+what is measured:
 - the generator sends frames in batches (256 per send when flooding), each
   batch stamped once with CLOCK_MONOTONIC in its frames' payloads;
 - the receiver reads up to 1 MiB per recv and checks and times every frame
@@ -22,11 +21,12 @@ Two phases per way and stream count (1 and 64 concurrent streams):
   under that load (mostly time queued on the way);
 - paced: 10,000 frames/s in total, a load every way carries, for the
   latency of the path itself.
-Rounds interleave the three ways; each figure is the median of the rounds,
-and ratios are taken within a round (the machine is shared and noisy).
+Rounds interleave the three ways; each figure is the median of the rounds
+(cpu_s is the last round's), and ratios are taken within a round (the
+machine is shared and noisy).
 
-run() returns a dict (`zerolayer bench` may include it);
-`python -m pyxdp.relay_bench [--quick]` prints it as JSON.
+run() returns the report; `python -m pyxdp.relay_bench [--quick]` prints it
+as JSON.
 """
 
 import json
@@ -281,7 +281,6 @@ def _asyncio_relay_main(conn, upstream: str) -> None:
     conn.send(relay.address)
     conn.recv()  # until told to stop
     relay.stop()
-    conn.send(relay.stats())
 
 
 # --- the run ----------------------------------------------------------------------------
@@ -299,10 +298,11 @@ class _Worker:
         t = psutil.Process(self.proc.pid).cpu_times()
         return t.user + t.system
 
-    def stop(self, message=None) -> None:
+    def stop(self) -> None:
+        """Tell the process to end (None), then make sure it has."""
         if self.proc.is_alive():
             try:
-                self.conn.send(message)
+                self.conn.send(None)
             except OSError:
                 pass
             self.proc.join(5)

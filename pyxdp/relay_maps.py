@@ -37,7 +37,7 @@ FIELDS = (
 )
 LAYOUT = struct.Struct(f"={len(FIELDS)}Q")  # struct zl_sk_counters
 CONFIG = struct.Struct("=II")  # struct zl_sk_config
-CONN = struct.Struct("=QQQQIIIIIIBB6x")  # struct zl_sk_conn
+CONN = struct.Struct("=QQQIIIIIIBB6x")  # struct zl_sk_conn
 KEY = struct.Struct("=I")
 # SO_RCVLOWAT that keeps TCP from waking a socket's reader (the kernel caps
 # it at half the receive buffer).
@@ -58,7 +58,6 @@ class ConnState:
     """struct zl_sk_conn: one relayed socket's pairing and framing state."""
 
     peer: int
-    frames: int
     frame_bytes: int
     msg_types: int
     first_seq: int
@@ -72,8 +71,8 @@ class ConnState:
 
     @classmethod
     def unpack(cls, raw: bytes) -> "ConnState":
-        v = CONN.unpack(raw[:CONN.size])
-        return cls(*v[:10], bool(v[10]), bool(v[11]))
+        v = CONN.unpack(raw)
+        return cls(*v[:9], bool(v[9]), bool(v[10]))
 
 
 class RelayDataPath:
@@ -82,7 +81,6 @@ class RelayDataPath:
 
     def __init__(self, *, max_socks: int = 4096, max_length: int = frames.DEFAULT_MAX_LENGTH):
         require_bpf_admin("zerolayer relay")
-        self.max_socks = max_socks
         self.socks_fd = bpfsys.map_create(bpfsys.BPF_MAP_TYPE_SOCKHASH, COOKIE.size, COOKIE.size,
                                           max_socks, "zl_sk_socks")
         self._attached: list[tuple[int, int]] = []
@@ -123,9 +121,10 @@ class RelayDataPath:
         for sock in (a, b):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, _GATE_SHUT)
         try:
-            for me, peer in ((ca, cb), (cb, ca)):  # the parser refuses sockets without state
+            # The parser refuses sockets without state: PEER, the rest zero.
+            for me, peer in ((ca, cb), (cb, ca)):
                 bpfsys.map_update(self._maps["conns"], COOKIE.pack(me),
-                                  CONN.pack(peer, *[0] * 11))
+                                  COOKIE.pack(peer).ljust(CONN.size, b"\0"))
             for sock, key in ((a, ca), (b, cb)):
                 bpfsys.map_update(self.socks_fd, COOKIE.pack(key), COOKIE.pack(sock.fileno()))
         except OSError:
@@ -179,10 +178,10 @@ class RelayDataPath:
         one frame starts part-way into a TCP segment and another's header is
         split: the case that depends on how this kernel's stream parser
         presents data (bpf/zl_stream.h). Refuse to go on if it fails."""
-        stream = (frames.encode(frames.FrameType.TOKEN, "zero")
-                  + frames.encode(frames.FrameType.TOKEN, "layer")
+        first = frames.encode(frames.FrameType.TOKEN, "zero")
+        stream = (first + frames.encode(frames.FrameType.TOKEN, "layer")
                   + frames.encode(frames.FrameType.DONE))
-        cut = len(frames.encode(frames.FrameType.TOKEN, "zero")) + 2
+        cut = len(first) + 2
         socks: list[socket.socket] = []
         try:
             try:

@@ -11,12 +11,11 @@ oversize length) is reset, as DESIGN.md says a receiver must.
 import asyncio
 import json
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
 
 from . import relay_sockets
-from .asyncio_service import AsyncioService
+from .asyncio_service import AsyncioService, reset
 from .errors import ZerolayerError
 from .frames import Frame, FrameType, StreamBroken, StreamDecoder, encode
 
@@ -57,13 +56,12 @@ class TokenServer(AsyncioService):
     name = "token server"
 
     def __init__(self, listen: str, *, token_delay: float = 0.0):
-        super().__init__()
+        super().__init__(listen)
         self.token_delay = token_delay
         self.stats = ServerStats()
-        self._sock = relay_sockets.listener(listen)
-        self.address = relay_sockets.format_address(self._sock.getsockname())
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
         decoder = StreamDecoder()
         try:
@@ -72,11 +70,11 @@ class TokenServer(AsyncioService):
                     await self._answer(frame, writer)
         except StreamBroken:
             self.stats.broken += 1
-            writer.transport.abort()
-            return
+            reset(writer)  # the close() below is then a no-op
         except ConnectionError:
             pass
-        writer.close()
+        finally:  # also when stop() cancels it
+            writer.close()
 
     async def _answer(self, frame: Frame, writer: asyncio.StreamWriter) -> None:
         if frame.type is FrameType.PING:
@@ -93,17 +91,6 @@ class TokenServer(AsyncioService):
             writer.write(encode(FrameType.DONE, json.dumps({"completion_tokens": len(tokens)})))
         await writer.drain()
 
-    async def _run(self, ready: threading.Event | None) -> None:
-        server = await asyncio.start_server(self._handle, sock=self._sock)
-        if ready is not None:
-            ready.set()
-        async with server:
-            await self._stopped.wait()
-
-    def stop(self) -> None:
-        super().stop()
-        self._sock.close()
-
 
 # --- client -----------------------------------------------------------------------------
 
@@ -115,11 +102,6 @@ class Exchange:
     connect_s: float = 0.0
     first_token_s: float | None = None
     total_s: float = 0.0
-
-    @property
-    def text(self) -> str:
-        return "".join(f.payload.decode("utf-8", errors="replace")
-                       for f in self.frames if f.type is FrameType.TOKEN)
 
     @property
     def done(self) -> bool:

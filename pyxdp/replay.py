@@ -41,9 +41,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import counters, frames, lab as lab_mod, loader, netns, stats, traffic, xdp_netlink
+from . import counters, frames, lab as lab_mod, loader, netns, traffic, xdp_netlink
 from .errors import ZerolayerError
 from .frames import FrameType
+from .generator import L2_OVERHEAD
+from .maps import ZerolayerMaps
 
 DLT_EN10MB = 1
 PCAP_MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d",
@@ -51,8 +53,6 @@ PCAP_MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d",
 # Token datagram payload budget: fits a 1500-byte MTU over IPv6 with a VLAN tag.
 MAX_DATAGRAM_PAYLOAD = 1400
 FIRST_SPORT = 40000
-# Frames a link accepts beyond its MTU: Ethernet header and one VLAN tag.
-L2_OVERHEAD = 18
 SPIN_S = 0.0005  # sleep until this close to a frame's time, then spin
 
 
@@ -426,6 +426,9 @@ class LabReplay:
     def matches(self) -> bool:
         return self.counters == self.expected
 
+    def check(self) -> None:
+        require_judged(self.counters, self.expected)
+
     def to_json(self) -> dict:
         return {"lab": self.lab, "attach": self.attach, "replay": self.result.to_json(),
                 "counters": counters.nest(self.counters),
@@ -446,7 +449,7 @@ def replay_in_lab(path: str | Path, *, streams: int = 1, speed: float | None = 1
         try:
             result = replay_packets(timeline, lab.peer.ifname, lab.peer.netns,
                                     speed=speed, streams=streams)
-            seen = _settled_counters(lab, expected["packets"])
+            seen = _settled_counters(attached.pin_dir, expected["packets"])
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
         return LabReplay(
@@ -455,12 +458,21 @@ def replay_in_lab(path: str | Path, *, streams: int = 1, speed: float | None = 1
         )
 
 
-def _settled_counters(lab, packets: int, timeout: float = 2.0) -> dict[str, int]:
+def _settled_counters(pin_dir: str, packets: int, timeout: float = 2.0) -> dict[str, int]:
     """The counters once the program has seen PACKETS (or TIMEOUT passed:
     then the shortfall shows in the comparison)."""
     deadline = time.monotonic() + timeout
-    while True:
-        seen = counters.flatten(stats.read(lab.dut.ifname, lab.dut.netns)["counters"])
-        if seen["packets"] >= packets or time.monotonic() > deadline:
-            return seen
-        time.sleep(0.02)
+    with ZerolayerMaps.open_pinned(pin_dir) as maps:
+        while True:
+            seen = maps.read_counters()
+            if seen["packets"] >= packets or time.monotonic() > deadline:
+                return seen
+            time.sleep(0.02)
+
+
+def require_judged(counted: dict[str, int], expected: dict[str, int]) -> None:
+    """A one-line error naming every counter that disagrees with the
+    reference judge's EXPECTED."""
+    bad = [k for k in counters.FIELDS if counted[k] != expected[k]]
+    if bad:
+        raise ZerolayerError("counters disagree with the reference judge on " + ", ".join(bad))

@@ -1,20 +1,17 @@
 """Change a running zerolayer's token ports and malformed policy by writing
 its pinned config maps: no recompile, no reattach, no gap."""
 
-from . import attachment, pins
+from . import attachment
 from .errors import ZerolayerError
 from .maps import POLICIES, ZerolayerMaps
-from .privileges import require_bpf_admin
+from .privileges import preflight
 
 
 def update(ifname: str, netns: str | None = None, *, ports=None,
            on_malformed: str | None = None, flows: bool | None = None) -> dict:
     """Apply what is given; return the configuration now in effect."""
-    require_bpf_admin("zerolayer config")
-    pins.require_bpffs()
-    ins = attachment.inspect(ifname, netns)
-    if not ins.ours:
-        raise ZerolayerError(f"zerolayer is not attached to {ifname}: run `zerolayer attach {ifname}`")
+    preflight("zerolayer config")
+    ins = attachment.require_ours(ifname, netns)
     if on_malformed is not None and on_malformed not in POLICIES:
         raise ZerolayerError(f"unknown policy {on_malformed!r}: use drop or pass")
     with ZerolayerMaps.open_pinned(ins.pin_dir) as maps:

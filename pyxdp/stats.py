@@ -3,22 +3,23 @@ per-interval rates as xdp-bench prints them."""
 
 import time
 
-from . import attachment, counters, pins
+from . import attachment, counters
 from .errors import ZerolayerError
 from .maps import ZerolayerMaps
-from .privileges import require_bpf_admin
+from .privileges import preflight
 
 
-def _open(ifname: str, netns: str | None) -> tuple[attachment.Inspection, ZerolayerMaps]:
-    require_bpf_admin("zerolayer stats")
-    pins.require_bpffs()
+def open_pinned(ifname: str, netns: str | None) -> tuple[attachment.Inspection, ZerolayerMaps]:
+    """IFNAME's inspection and its pinned maps (the caller closes them);
+    stale pins are fine, no pins is a one-line error."""
+    preflight("zerolayer stats")
     ins = attachment.inspect(ifname, netns)
-    if not ins.pinned:
-        raise ZerolayerError(f"zerolayer is not attached to {ifname}: run `zerolayer attach {ifname}`")
+    if not ins.pinned:  # stale pins still have counters worth reading
+        raise attachment.not_attached(ifname, netns)
     return ins, ZerolayerMaps.open_pinned(ins.pin_dir)
 
 
-def _snapshot(ins: attachment.Inspection, flat: dict[str, int]) -> dict:
+def snapshot(ins: attachment.Inspection, flat: dict[str, int]) -> dict:
     return {
         "interface": ins.state.ifname,
         "netns": ins.netns,
@@ -31,9 +32,9 @@ def _snapshot(ins: attachment.Inspection, flat: dict[str, int]) -> dict:
 
 def read(ifname: str, netns: str | None = None) -> dict:
     """The `zerolayer stats --json` object."""
-    ins, maps = _open(ifname, netns)
+    ins, maps = open_pinned(ifname, netns)
     with maps:
-        return _snapshot(ins, maps.read_counters())
+        return snapshot(ins, maps.read_counters())
 
 
 def watch(ifname: str, netns: str | None = None, interval: float = 1.0):
@@ -41,14 +42,14 @@ def watch(ifname: str, netns: str | None = None, interval: float = 1.0):
     deltas over the interval actually elapsed."""
     if interval <= 0:
         raise ZerolayerError("--watch needs a positive number of seconds")
-    ins, maps = _open(ifname, netns)
+    ins, maps = open_pinned(ifname, netns)
     with maps:
         before, t0 = maps.read_counters(), time.monotonic()
         while True:
             time.sleep(interval)
             after, t1 = maps.read_counters(), time.monotonic()
             elapsed = t1 - t0
-            snap = _snapshot(ins, after)
+            snap = snapshot(ins, after)
             snap["interval_s"] = round(elapsed, 3)
             snap["rates"] = counters.nest(
                 {k: round(v / elapsed, 1) for k, v in counters.delta(after, before).items()}

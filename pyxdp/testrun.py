@@ -1,16 +1,19 @@
 """Packet in, verdict and counters out: zerolayer's program under
 BPF_PROG_TEST_RUN, as Katran tests its balancer.
 
-The program is loaded with private maps (nothing pinned, nothing attached),
-so runs are isolated from any interface and from each other.
+By default the program is loaded with private maps (nothing pinned,
+nothing attached), so runs are isolated from any interface. Given a pin dir,
+it is the program zerolayer attached there, with its maps: no second compile.
 """
 
+import os
 from dataclasses import dataclass
 
-from . import bpfsys, compiler, counters
+from . import bpfsys, compiler, counters, pins
 from .frames import DEFAULT_PORT
 from .maps import ZerolayerMaps
 
+PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
 ACTIONS = {0: "XDP_ABORTED", 1: "XDP_DROP", 2: "XDP_PASS", 3: "XDP_TX", 4: "XDP_REDIRECT"}
 
 
@@ -26,9 +29,16 @@ class Outcome:
 
 
 class TokenProgram:
-    """zerolayer's XDP program, loaded for test runs."""
+    """zerolayer's XDP program for test runs: compiled here with PORTS and
+    ON_MALFORMED, or the one attached with pins in PIN_DIR, as configured."""
 
-    def __init__(self, ports=(DEFAULT_PORT,), on_malformed: str = "drop"):
+    def __init__(self, ports=(DEFAULT_PORT,), on_malformed: str = "drop",
+                 pin_dir: str | None = None):
+        if pin_dir:
+            self._loaded = None
+            self.prog_fd = bpfsys.obj_get(os.path.join(pin_dir, pins.PROG))
+            self.maps = ZerolayerMaps.open_pinned(pin_dir)
+            return
         self._loaded = compiler.load(*compiler.TOKEN_PROGRAM, maps=compiler.TOKEN_MAPS)
         self.prog_fd = self._loaded.prog_fd
         self.maps = ZerolayerMaps.from_fds(self._loaded.map_fds)
@@ -37,8 +47,6 @@ class TokenProgram:
     def configure(self, ports, on_malformed: str) -> None:
         self.maps.set_ports(ports)
         self.maps.set_on_malformed(on_malformed)
-        self.ports = frozenset(ports)
-        self.on_malformed = on_malformed
 
     def run(self, packet: bytes) -> Outcome:
         before = self.maps.read_counters()
@@ -46,17 +54,11 @@ class TokenProgram:
         after = self.maps.read_counters()
         return Outcome(result.retval, result.data_out, counters.delta(after, before))
 
-    def time_ns(self, packet: bytes, repeat: int) -> float:
-        """The kernel's mean run time over REPEAT runs."""
-        return bpfsys.prog_test_run(self.prog_fd, packet, repeat=repeat).duration_ns
-
 
 class PassProgram:
     """The floor: a program that only returns XDP_PASS."""
 
     def __init__(self):
-        self._loaded = compiler.load(*compiler.PASS_PROGRAM)
+        self._loaded = compiler.load(*PASS_PROGRAM)
         self.prog_fd = self._loaded.prog_fd
 
-    def time_ns(self, packet: bytes, repeat: int) -> float:
-        return bpfsys.prog_test_run(self.prog_fd, packet, repeat=repeat).duration_ns

@@ -53,6 +53,10 @@ def _histogram_rows(hist: list[int]) -> list[str]:
     return rows
 
 
+def _name(o: flows.Observation) -> str:
+    return f"{o.netns}/{o.interface}" if o.netns else o.interface
+
+
 def render(now: list[flows.Observation], before: dict, seconds: float, errors: list[str],
            interval: float, flows_per_interface: int = 5) -> list[str]:
     """The screen, as lines. BEFORE maps (netns, interface) to the previous
@@ -64,11 +68,11 @@ def render(now: list[flows.Observation], before: dict, seconds: float, errors: l
                       "attach with `zerolayer attach IFACE`)"]
     lines += [""] + [f"{'INTERFACE':<32} {'MODE':<7} {'PKT/S':>9} {'TOKEN DGRAM/S':>13} "
                      f"{'TOKENS/S':>9} {'MALFORMED/S':>11} {'REDIRECT/S':>10} {'FALLBACK/S':>10} {'FLOWS':>6}"]
-    for o in now:
-        prev = before.get((o.netns, o.interface))
+    previous = [before.get((o.netns, o.interface)) for o in now]
+    for o, prev in zip(now, previous):
         b = prev.counters if prev else None
         c = o.counters
-        name = f"{o.netns}/{o.interface}" if o.netns else o.interface
+        name = _name(o)
         malformed = "-" if b is None or seconds <= 0 else number(round(
             sum(c[f"malformed.{r}"] - b[f"malformed.{r}"] for r in counters.REASONS) / seconds, 1))
         lines.append(
@@ -76,9 +80,8 @@ def render(now: list[flows.Observation], before: dict, seconds: float, errors: l
             f"{_rate(c, b, 'token_datagrams', seconds):>13} {_rate(c, b, 'frames.token', seconds):>9} "
             f"{malformed:>11} {_rate(c, b, 'redirected', seconds):>10} "
             f"{_rate(c, b, 'fallback_passed', seconds):>10} {len(o.flows):>6}")
-    for o in now:
-        prev = before.get((o.netns, o.interface))
-        name = f"{o.netns}/{o.interface}" if o.netns else o.interface
+    for o, prev in zip(now, previous):
+        name = _name(o)
         lines += ["", f"{name}: top flows by tokens/s"]
         lines += _flow_rows(o, prev, seconds, flows_per_interface)
         lines += ["", f"{name}: token gaps, all flows since attach"]

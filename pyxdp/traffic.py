@@ -8,11 +8,12 @@ reason) and ordinary traffic, so one replay exercises every counter.
 
 import json
 import random
+import time
 from dataclasses import dataclass
 
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.inet6 import IPv6
-from scapy.layers.l2 import Dot1Q, Ether
+from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from . import frames, judge, counters
@@ -35,7 +36,6 @@ class Conversation:
     prompt: str
     answer: str
     ipv6: bool = False
-    vlan: int | None = None
 
     def tokens(self) -> list[str]:
         words = self.answer.split(" ")
@@ -54,10 +54,10 @@ class Conversation:
 
 
 def udp_packet(lab: Lab, payload: bytes, *, sport: int, dport: int = frames.DEFAULT_PORT,
-               ipv6: bool = False, vlan: int | None = None):
+               ipv6: bool = False):
+    """A UDP datagram from LAB's peer to its dut (anything with .peer and
+    .dut endpoints will do, as pyxdp.replay.Route)."""
     l2 = Ether(src=lab.peer.mac, dst=lab.dut.mac)
-    if vlan is not None:
-        l2 = l2 / Dot1Q(vlan=vlan)
     l3 = IPv6(src=lab.peer.ipv6, dst=lab.dut.ipv6) if ipv6 else IP(src=lab.peer.ipv4, dst=lab.dut.ipv4)
     return l2 / l3 / UDP(sport=sport, dport=dport) / Raw(payload)
 
@@ -100,9 +100,9 @@ def non_token_packets(lab: Lab) -> list:
 
 def transcript(streams: int = 4, seed: int = 7) -> list[str]:
     """Conversations as transcript lines (pyxdp.replay's JSONL schema), with
-    the cadence operators report for token streaming: most gaps between
-    token datagrams near 20 ms, some near 90 ms, a token or two per
-    datagram. Streams start a little apart."""
+    a made-up streaming cadence: most gaps between token datagrams near
+    20 ms, some near 90 ms, a token or two per datagram. Streams start a
+    little apart."""
     rng = random.Random(seed)
     lines = []
     for i, conv in enumerate(conversations(streams, seed)):
@@ -155,8 +155,6 @@ def expected_counters(packets, ports=(frames.DEFAULT_PORT,), on_malformed: str =
 
 def send(lab: Lab, packets, *, inter: float = 0.0) -> int:
     """Send PACKETS from the peer end of LAB, in order. Returns the count."""
-    import time
-
     from scapy.config import conf
 
     with lab.in_peer():

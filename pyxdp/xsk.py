@@ -27,11 +27,11 @@ caller's choice. Of the candidates:
     reading a ring's producer index with a plain load lets the CPU read the
     descriptors before it, and a plain store of our index can become visible
     before our reads of the entries are done;
-  - a C helper built at install would be fastest, but turns a pure-Python
-    package into one that needs a compiler and Python headers on every
-    target for about thirty lines of C;
-  - libxdp 1.3 (libxdp1, already a dependency of xdp-tools) exports its
-    ring helpers for language bindings. Four ctypes calls per batch
+  - a C helper built at install would save the ctypes calls, but turns a
+    pure-Python package into one that needs a compiler and Python headers
+    on every target for about thirty lines of C;
+  - libxdp (libxdp1, already a dependency of xdp-tools) exports its ring
+    helpers for language bindings since 1.2. Four ctypes calls per batch
     (peek/release on RX, reserve/submit on the fill ring) carry the
     acquire/release ordering; numpy does the rest, a batch at a time.
 So a receive is: peek (load-acquire of the RX producer), copy the batch's
@@ -40,9 +40,10 @@ those reads), hand the caller numpy/memoryview views of the UMEM chunks.
 Batch.release() reserves fill slots (load-acquire of the fill consumer, so
 no slot the kernel is still reading is overwritten), writes the chunk
 addresses into them with numpy, then submits (store-release of the fill
-producer, after those writes and after the caller's reads of the chunks). x86-64 needs only that the compiler
-keep the order, which a call into a shared library guarantees; arm64 gets
-LDAR/STLR from libxdp's __atomic builtins. Measured by pyxdp.xsk_bench.
+producer, after those writes and after the caller's reads of the chunks).
+x86-64 needs only that the compiler keep the order, which a call into a
+shared library guarantees; arm64 gets LDAR/STLR from libxdp's __atomic
+builtins. Measured by pyxdp.xsk_bench.
 """
 
 import ctypes
@@ -127,16 +128,6 @@ class XskStatistics:
         return asdict(self)
 
 
-def require_attached(ifname: str, netns: str | None) -> attachment.Inspection:
-    ins = attachment.inspect(ifname, netns)
-    if not ins.ours:
-        where = f" --netns {netns}" if netns else ""
-        raise ZerolayerError(
-            f"zerolayer is not attached to {ifname}: run `zerolayer attach {ifname}{where}` first"
-        )
-    return ins
-
-
 def _chunk_size_for(mtu: int) -> int:
     """The smaller chunk when a full-MTU frame (two VLAN tags included) fits."""
     small = CHUNK_SIZES[0]
@@ -148,7 +139,39 @@ def _power_of_two(name: str, value: int) -> None:
         raise ZerolayerError(f"{name} must be a power of two, not {value}")
 
 
-class XskSocket:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised so that `with` blocks unwind as on Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+class ClosedOnExit:
+    """Mixin for objects with close(): a `with` block closes them on the way
+    out, on Ctrl-C and on SIGTERM too. While inside, SIGTERM raises
+    Terminated in the main thread instead of killing the process, so sockets
+    are unregistered on the way out; a SIGTERM handler someone else installed
+    is left alone, and nested blocks leave it to the outermost."""
+
+    _previous_sigterm = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.close()
+        finally:
+            if self._previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+                self._previous_sigterm = None
+
+
+class XskSocket(ClosedOnExit):
     """An AF_XDP socket on IFNAME's rx queue QUEUE (inside NETNS), registered
     with the zerolayer program attached there.
 
@@ -191,7 +214,7 @@ class XskSocket:
 
     @staticmethod
     def _check_attached(ifname, netns, queue) -> attachment.Inspection:
-        ins = require_attached(ifname, netns)
+        ins = attachment.require_ours(ifname, netns)
         queues = ins.state.num_rx_queues
         if not 0 <= queue < queues:
             raise ZerolayerError(
@@ -367,42 +390,3 @@ class XskSocket:
     @property
     def closed(self) -> bool:
         return self._sock is None
-
-    def __enter__(self) -> "XskSocket":
-        self._signals = unwind_on_sigterm()
-        self._signals.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.close()
-        finally:
-            self._signals.__exit__(*exc)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised so that `with` blocks unwind as on Ctrl-C."""
-
-
-class unwind_on_sigterm:
-    """While active, SIGTERM raises Terminated in the main thread instead of
-    killing the process, so sockets are unregistered on the way out. A
-    handler someone else installed is left alone; nests."""
-
-    def __init__(self):
-        self._previous = None
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            self._previous = signal.signal(signal.SIGTERM, _raise_terminated)
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated()

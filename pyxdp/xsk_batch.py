@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .judge import ETH_P_IP, MAX_VLAN_TAGS, VLAN_ETHERTYPES
+
 ETH_HLEN = 14
-ETH_P_IP, ETH_P_IPV6 = 0x0800, 0x86DD
-VLAN_TPIDS = (0x8100, 0x88A8)
-MAX_VLAN_TAGS = 2
 IPV6_HLEN = 40
 UDP_HLEN = 8
 
@@ -57,7 +56,7 @@ def parse_headers(umem: np.ndarray, addr: np.ndarray, length: np.ndarray) -> Hea
     l3 = np.full(len(addr), ETH_HLEN, np.int64)
     ethertype = be16(12)
     for _ in range(MAX_VLAN_TAGS):
-        tagged = np.isin(ethertype, VLAN_TPIDS)
+        tagged = np.isin(ethertype, VLAN_ETHERTYPES)
         if not tagged.any():
             break
         ethertype = np.where(tagged, be16(l3 + 2), ethertype)

@@ -19,15 +19,15 @@ Both get 16 MiB of buffer (receive buffer; UMEM).
 
 Each consumer counts the frames it got and the time from its first to its
 last (frames/s = frames after the first read / that time). `offered_pps` is
-FRAMES over the generator call's wall time, which includes its setup in the
-kernel (tens of ms), so it reads a little low. `limited_by`
-says whether the consumer fell behind (its socket dropped frames: the rate
-is the consumer's) or took everything it was offered (the rate is the
-sender's, and the consumer could do more). Losses are explained from the
-kernel's own counters: XDP_STATISTICS for the AF_XDP socket, the
-namespace's Udp MIB (/proc/net/snmp) for the UDP socket, zerolayer's XDP
-counters for what never reached either; `unexplained` is the rest, 0 when
-the accounting is complete.
+FRAMES over the generator call's wall time, which includes a fixed cost in
+the kernel (measured here: a 64-frame call takes about 24 ms), so it reads a
+little low. `limited_by` says whether the consumer fell behind (its socket
+dropped frames: the rate is the consumer's) or took everything it was
+offered (the rate is the sender's, and the consumer could do more). Losses
+are explained from the kernel's own counters: XDP_STATISTICS for the AF_XDP
+socket, the namespace's Udp MIB (/proc/net/snmp) for the UDP socket,
+zerolayer's XDP counters for what never reached either; `unexplained` is
+the rest, 0 when the accounting is complete.
 
 `run()` returns the dict `zerolayer bench` builds on; `python -m
 pyxdp.xsk_bench [FRAMES]` prints it.
@@ -40,9 +40,10 @@ import socket
 import threading
 import time
 
-from . import counters, frames as frames_mod, lab as lab_mod, loader, stats, traffic
+from . import counters, frames as frames_mod, lab as lab_mod, loader, pins, traffic
 from .attachment import inspect
 from .generator import LiveGenerator
+from .maps import ZerolayerMaps
 from .xsk import XskSocket
 
 DEFAULT_FRAMES = 1_000_000
@@ -51,7 +52,8 @@ IDLE_S = 0.25  # the generator is done and nothing came for this long: the run i
 MAX_BATCH = 256
 # Both consumers get the same buffer memory, 16 MiB: the AF_XDP socket as
 # 8192 chunks of 2 KiB (RX ring 4096), the UDP socket as its receive buffer
-# (a small datagram passed up from veth's XDP path costs about 4 KiB of it).
+# (a small datagram passed up from veth's XDP path costs about 4 KiB of it:
+# 4240 bytes of rmem_alloc each, measured with SO_MEMINFO on kernel 6.18).
 BUFFER_BYTES = 16 << 20
 XSK_OPTIONS = {"frames": 8192, "chunk_size": 2048, "rx_size": 4096}
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # root may exceed rmem_max
@@ -102,7 +104,8 @@ def _cpu_pair() -> tuple[int, int] | None:
 
 
 def _xdp_counters(lab) -> dict[str, int]:
-    return counters.flatten(stats.read(lab.dut.ifname, lab.dut.netns)["counters"])
+    with ZerolayerMaps.open_pinned(pins.pin_dir(lab.dut.ifname, lab.dut.netns)) as maps:
+        return maps.read_counters()
 
 
 def _measure(lab, generator, packet: bytes, count: int, cpus, consumer_cls) -> dict:

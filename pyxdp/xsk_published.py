@@ -22,8 +22,12 @@ ROOT = "/run/zerolayer/xsk"
 PUBLISH_EVERY_S = 1.0
 
 
+def _netns_dir(netns: str | None) -> str:
+    return os.path.join(ROOT, f"ns:{netns}" if netns else "host")
+
+
 def _dir(ifname: str, netns: str | None) -> str:
-    return os.path.join(ROOT, f"ns:{netns}" if netns else "host", ifname)
+    return os.path.join(_netns_dir(netns), ifname)
 
 
 def path(ifname: str, netns: str | None, queue: int) -> str:
@@ -72,9 +76,8 @@ class Published:
 def read(netns: str | None) -> list[Published]:
     """The live sockets published for NETNS (None: the host); stale files
     are removed on the way."""
-    base = os.path.join(ROOT, f"ns:{netns}" if netns else "host")
     found = []
-    for root, _, names in os.walk(base):
+    for root, _, names in os.walk(_netns_dir(netns)):
         for name in names:
             if not name.endswith(".json"):
                 continue

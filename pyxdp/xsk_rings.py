@@ -5,9 +5,9 @@ Each ring is a power-of-two array of entries plus a producer and a consumer
 index. The side that writes entries publishes them with a store-release of
 its index; the other side reads that index with a load-acquire before it
 reads the entries (and stores its own index with release once it has read
-them). libxdp 1.3 exports its inline ring helpers as real symbols "for use
-by language bindings"; they use __atomic_load_n(__ATOMIC_ACQUIRE) and
-__atomic_store_n(__ATOMIC_RELEASE), which compile to plain moves plus a
+them). libxdp exports its inline ring helpers as real symbols "for use
+by language bindings" (symbol version LIBXDP_1.2.0); they use
+__atomic_load_n(__ATOMIC_ACQUIRE) and __atomic_store_n(__ATOMIC_RELEASE), which compile to plain moves plus a
 compiler barrier on x86-64 (TSO) and to LDAR/STLR on arm64. Calling them
 through ctypes gives each batch those semantics for four calls, while the
 entries themselves are read and written with numpy, ordered by the calls

@@ -17,13 +17,13 @@ import time
 
 import pytest
 
-from pyxdp import frames, relay_sockets
+from pyxdp import counters, frames, relay_sockets
 from pyxdp.bpf import SOURCE_DIR
 from pyxdp.errors import ZerolayerError
 from pyxdp.frames import FrameType, StreamDecoder, encode
 from pyxdp.relay import Relay, serve_in_thread
 from pyxdp.relay_asyncio import AsyncioRelay
-from pyxdp.relay_maps import RelayDataPath
+from pyxdp.relay_maps import FIELDS, RelayDataPath
 from pyxdp.relay_tokens import TokenServer, answer, request_payload
 
 ENGINES = ["sockmap", "asyncio"]
@@ -105,8 +105,7 @@ class Harness:
             assert self.datapath.conns() == [], "pair state left in zl_sk_conns"
 
     def kernel_delta(self) -> dict:
-        after = self.datapath.read_counters()
-        return {k: after[k] - self.kernel_before[k] for k in after}
+        return counters.delta(self.datapath.read_counters(), self.kernel_before, FIELDS)
 
     def stop(self) -> None:
         self.relay.stop()
@@ -173,13 +172,7 @@ def counted(h: Harness) -> dict:
     """Frames counted by the relay: by the kernel, or by the asyncio relay."""
     if h.engine == "sockmap":
         return h.kernel_delta()
-    flat = {}
-    for group, value in h.stats()["counters"].items():
-        if isinstance(value, dict):
-            flat.update({f"{group}.{k}": v for k, v in value.items()})
-        else:
-            flat[group] = value
-    return flat
+    return counters.flatten(h.stats()["counters"], FIELDS)
 
 
 # --- framing ------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 from tuning_fixtures import (  # noqa: F401 (fixtures)
-    FAKE_NIC, ZEROLAYER, host_sysctls_unchanged, make_fake_root, ns, run_cli)
+    FAKE_NIC, ZEROLAYER, host_sysctls_unchanged, make_fake_root, netns_sysctl, ns,
+    profile_text, run_cli, write_profile)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -81,15 +82,11 @@ def test_expected_failures_exit_1_with_one_line(args, message):
 
 
 def test_strict_failure_prints_the_table_then_one_line(ns, tmp_path):
-    profile = tmp_path / "p.toml"
-    profile.write_text('name = "p"\n[[step]]\nid = "a"\nwhy = "w"\n'
-                       '  [[step.knob]]\n  kind = "sysctl"\n  name = "net.ipv4.tcp_fastopen"\n'
-                       '  value = "3"\n  scope = "netns"\n'
-                       '[[step]]\nid = "b"\nwhy = "w"\n'
-                       '  [[step.knob]]\n  kind = "sysctl"\n  name = "net.ipv4.tcp_ecn"\n'
-                       '  value = "9"\n  scope = "netns"\n')
+    profile = write_profile(tmp_path / "p.toml", profile_text(
+        "p", ("a", netns_sysctl("net.ipv4.tcp_fastopen", "3")),
+        ("b", netns_sysctl("net.ipv4.tcp_ecn", "9"))))
     state = ["--state-dir", str(tmp_path / "state")]
-    done = run_cli("--profile", str(profile), "--netns", ns, "--strict", "--json", *state,
+    done = run_cli("--profile", profile, "--netns", ns, "--strict", "--json", *state,
                    check_rc=1)
     out = json.loads(done.stdout)
     assert [s["status"] for s in out["steps"]] == ["applied", "skipped"]

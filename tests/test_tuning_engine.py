@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 from tuning_fixtures import (  # noqa: F401 (fixtures)
-    ZEROLAYER, diff, host_sysctls_unchanged, namespace, ns, ns_state, qdiscs, sysctl_all,
-    write_profile)
+    ZEROLAYER, diff, host_sysctls_unchanged, namespace, netns_sysctl, ns, ns_state,
+    profile_text, qdiscs, sysctl_all, write_profile)
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.tuning import engine, profile
@@ -35,15 +35,14 @@ def statuses(report) -> dict[str, str]:
     return {row.knob: row.status for row in report.rows}
 
 
+def load_profile(tmp_path, name: str, *steps: tuple[str, dict]) -> profile.Profile:
+    return profile.load(write_profile(tmp_path / f"{name}.toml", profile_text(name, *steps)))
+
+
 def netns_profile(tmp_path, *knobs: tuple[str, str], name="t") -> profile.Profile:
     """A profile with one step per (sysctl, value), all per-netns."""
-    steps = "".join(
-        f'[[step]]\nid = "s{i}"\nwhy = "test step {i}"\n'
-        f'  [[step.knob]]\n  kind = "sysctl"\n  name = "{key}"\n'
-        f'  value = "{value}"\n  scope = "netns"\n'
-        for i, (key, value) in enumerate(knobs, 1))
-    return profile.load(write_profile(tmp_path / f"{name}.toml",
-                                      f'name = "{name}"\n{steps}'))
+    return load_profile(tmp_path, name, *((f"s{i}", netns_sysctl(key, value))
+                                          for i, (key, value) in enumerate(knobs, 1)))
 
 
 # Two per-netns sysctls the kernel checks against each other: the local port
@@ -166,39 +165,16 @@ def test_drift_is_reported_by_verify_and_left_alone_by_revert(ns, tmp_path):
 
 
 def test_missing_knobs_are_skipped_with_their_errno(ns, tmp_path):
-    text = """name = "missing"
-[[step]]
-id = "absent"
-why = "a global sysctl is not in another netns"
-  [[step.knob]]
-  kind = "sysctl"
-  name = "net.core.busy_read"
-  value = "50"
-  scope = "netns"
-[[step]]
-id = "read-only"
-why = "other namespaces see rmem_max read-only"
-  [[step.knob]]
-  kind = "sysctl"
-  name = "net.core.rmem_max"
-  value = "16777216"
-  scope = "netns"
-[[step]]
-id = "no-qdisc"
-why = "fq is not compiled into this kernel"
-  [[step.knob]]
-  kind = "qdisc"
-  value = "fq"
-[[step]]
-id = "no-congestion"
-why = "no such congestion control"
-  [[step.knob]]
-  kind = "sysctl"
-  name = "net.ipv4.tcp_congestion_control"
-  value = "vegas"
-  scope = "netns"
-"""
-    prof = profile.load(write_profile(tmp_path / "missing.toml", text))
+    prof = load_profile(
+        tmp_path, "missing",
+        # a global sysctl is not in another netns
+        ("absent", netns_sysctl("net.core.busy_read", "50")),
+        # other namespaces see rmem_max read-only
+        ("read-only", netns_sysctl("net.core.rmem_max", "16777216")),
+        # fq is not compiled into this kernel
+        ("no-qdisc", {"kind": "qdisc", "value": "fq"}),
+        # no such congestion control
+        ("no-congestion", netns_sysctl("net.ipv4.tcp_congestion_control", "vegas")))
     report = engine.apply(prof, netns=ns, interfaces=["zv0"], state_dir=tmp_path)
     reasons = {row.knob: (row.status, row.reason) for row in report.rows}
     assert reasons["net.core.busy_read"][1].startswith("ENOENT")
@@ -257,7 +233,7 @@ def test_inf2_in_a_netns_then_revert_leaves_it_identical(ns, tmp_path):
     done = statuses(report)
     for knob in ("net.ipv4.tcp_fastopen", "net.ipv4.tcp_autocorking",
                  "zv0/napi_defer_hard_irqs", "zq0/gro_flush_timeout"):
-        assert done[knob] == "applied", report.render()
+        assert done[knob] == "applied", report.to_json()
     # Global knobs are named, and left alone, with --netns.
     for knob in ("net.core.busy_read", "net.core.rmem_max", "cpufreq scaling_governor",
                  "zv0 irq affinity", "net.core.default_qdisc"):
@@ -271,21 +247,14 @@ def test_inf2_in_a_netns_then_revert_leaves_it_identical(ns, tmp_path):
     assert ns_state(ns) == before
 
 
-PFIFO = """name = "q"
-[[step]]
-id = "q"
-why = "w"
-  [[step.knob]]
-  kind = "qdisc"
-  value = "pfifo"
-"""
+PFIFO = ("q", {"kind": "qdisc", "value": "pfifo"})
 
 
 def test_root_qdisc_is_replaced_and_given_back_exactly(ns, tmp_path):
     # fq is not in this kernel; pfifo is, so a profile asking for pfifo shows
     # the mechanism: the veth's noqueue and the ifb's mq children are replaced,
     # and revert gives both back the kernel's own default (handle 0:).
-    prof = profile.load(write_profile(tmp_path / "q.toml", PFIFO))
+    prof = load_profile(tmp_path, "q", PFIFO)
     before = qdiscs(ns)
     report = engine.apply(prof, netns=ns, interfaces=["zv0", "zq0"], state_dir=tmp_path)
     rows = {row.knob: row for row in report.rows}
@@ -303,7 +272,7 @@ def test_root_qdisc_is_replaced_and_given_back_exactly(ns, tmp_path):
 def test_a_configured_root_qdisc_is_left_alone(ns, tmp_path):
     subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", "zv0", "root", "handle",
                     "1:", "htb"], check=True)
-    prof = profile.load(write_profile(tmp_path / "q.toml", PFIFO))
+    prof = load_profile(tmp_path, "q", PFIFO)
     report = engine.apply(prof, netns=ns, interfaces=["zv0"], strict=True,
                           state_dir=tmp_path)
     row = report.rows[0]

@@ -35,6 +35,11 @@ def read(root: str, relative: str) -> str:
         return f.read().strip()
 
 
+def write(root: str, relative: str, text: str) -> None:
+    with open(os.path.join(root, relative), "w") as f:
+        f.write(text + "\n")
+
+
 def by_knob(report) -> dict:
     return {row.knob: row for row in report.rows}
 
@@ -110,10 +115,8 @@ def test_a_missing_file_is_enoent_and_strict_makes_it_fatal(root):
 
 def test_unavailable_governor_is_skipped(root):
     for cpu in (0, 1):
-        with open(os.path.join(
-                root, f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_available_governors"),
-                "w") as f:
-            f.write("powersave schedutil\n")
+        write(root, f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_available_governors",
+              "powersave schedutil")
     report = engine.apply(profile.load("latency"), root=root)
     row = by_knob(report)["cpufreq scaling_governor"]
     assert row.status == "skipped" and row.reason.startswith("EINVAL: governor 'performance'")
@@ -123,9 +126,7 @@ def test_unavailable_governor_is_skipped(root):
 def test_drift_in_one_cpu_is_shown_and_left_alone(root):
     before = tree(root)
     engine.apply(profile.load("latency"), root=root)
-    gov1 = os.path.join(root, "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor")
-    with open(gov1, "w") as f:
-        f.write("powersave\n")
+    write(root, "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor", "powersave")
     check = engine.verify(root=root)
     row = by_knob(check)["cpufreq scaling_governor"]
     assert (row.status, row.after) == ("drifted", "cpu0=performance cpu1=powersave")
@@ -134,8 +135,8 @@ def test_drift_in_one_cpu_is_shown_and_left_alone(root):
     undo = engine.revert(root=root)
     assert by_knob(undo)["cpufreq scaling_governor"].status == "drifted"
     assert read(root, "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor") == "performance"
-    with open(gov1.replace("cpu1", "cpu0"), "w") as f:
-        f.write("powersave\n")  # put back by hand what revert left alone
+    # put back by hand what revert left alone
+    write(root, "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "powersave")
     assert tree(root) == before
 
 
@@ -172,8 +173,7 @@ def test_state_file_survives_a_crash_and_revert_recovers(root):
     with open(leftover, "w") as f:
         f.write('{"half": ')
     os.unlink(busy_poll)
-    with open(busy_poll, "w") as f:
-        f.write(original + "\n")
+    write(root, "proc/sys/net/core/busy_poll", original)
 
     done = run_cli("--revert", "--root", root, "--json", check_rc=0)
     assert {s["status"] for s in json.loads(done.stdout)["steps"]} == {"restored"}
@@ -188,8 +188,7 @@ def test_a_knob_recorded_but_never_written_reverts_as_unchanged(root):
     with open(state_path(root)) as f:
         saved = json.load(f)
     entry = next(e for e in saved["knobs"] if e["label"] == "net.core.busy_read")
-    with open(os.path.join(root, "proc/sys/net/core/busy_read"), "w") as f:
-        f.write(entry["original"] + "\n")
+    write(root, "proc/sys/net/core/busy_read", entry["original"])
     undo = engine.revert(root=root)
     assert by_knob(undo)["net.core.busy_read"].status == "unchanged"
 
@@ -217,9 +216,7 @@ def test_a_second_run_waits_for_nobody_and_says_so(root):
 
 
 def test_cpuidle_only_adds_deep_states_and_keeps_what_was_disabled(root):
-    poll = os.path.join(root, "sys/devices/system/cpu/cpu0/cpuidle/state0/disable")
-    with open(poll, "w") as f:
-        f.write("1\n")
+    write(root, "sys/devices/system/cpu/cpu0/cpuidle/state0/disable", "1")
     before = tree(root)
     row = by_knob(engine.apply(profile.load("latency"), root=root))["cpuidle states disabled"]
     assert (row.before, row.after) == ("cpu0=POLL cpu1=none", "cpu0=POLL,C1E,C6 cpu1=C1E,C6")

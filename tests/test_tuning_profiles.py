@@ -87,7 +87,7 @@ def test_qdisc_probe_asks_the_kernel_and_leaves_nothing():
     assert kind_known("fq") is False  # not compiled into this machine's kernel
     assert kind_known("no_such_qdisc") is False
     after = sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else []
-    assert [n for n in after if n.startswith("zlt")] == [n for n in before if n.startswith("zlt")]
+    assert after == before
 
 
 BASE = 'name = "x"\n[[step]]\nid = "s"\nwhy = "w"\n  [[step.knob]]\n'

@@ -12,10 +12,10 @@ from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
 
 from conftest import ZEROLAYER
-from pyxdp import counters, frames, judge, lab as lab_mod, loader, stats, traffic
+from pyxdp import counters, frames, judge, lab as lab_mod, loader, traffic
 from pyxdp.frames import FrameType
 from pyxdp.generator import LiveGenerator
-from test_xsk_socket import send_on_queue, token_packet
+from test_xsk_socket import send_on_queue, token_packet, xdp_counters
 from xdp_helpers import one_line_error
 
 
@@ -59,10 +59,6 @@ class Listening:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.communicate(timeout=30)
-
-
-def xdp_counters(lab) -> dict[str, int]:
-    return counters.flatten(stats.read(lab.dut.ifname, lab.dut.netns)["counters"])
 
 
 def expected_records(packets, queue=0) -> list[dict]:

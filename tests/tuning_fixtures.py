@@ -1,24 +1,22 @@
 """Shared fixtures and helpers for the tuning tests (test_tuning_*.py).
 
 Everything the tests change lives in a network namespace they create (named
-zlt<pid>-<random>, removed even when a test fails) or in a fake root under
+as pyxdp.lab names them, removed even when a test fails, swept by conftest
+after a killed run) or in a fake root under
 tmp_path. `host_sysctls_unchanged` checks that the host's `sysctl -a` is the
 same after the suite as before it.
 """
 
 import contextlib
+import json
 import os
-import re
-import secrets
 import subprocess
-import sys
 
 import pytest
+from conftest import ZEROLAYER  # noqa: F401 (re-exported to the tuning tests)
 
-from pyxdp import netns
+from pyxdp import lab, netns
 from pyxdp.tuning import profile as profiles
-
-ZEROLAYER = os.path.join(os.path.dirname(sys.executable), "zerolayer")
 
 # sysctls that change on their own while anything runs, each for a reason
 # unrelated to tuning: dentry/inode/file-handle counters move with every file
@@ -57,24 +55,10 @@ def diff(before: dict, after: dict) -> list[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def host_sysctls_unchanged():
-    sweep_stale_namespaces()
     before = sysctl_all()
     yield
     changed = diff(before, sysctl_all())
     assert not changed, "the tuning tests changed host sysctls:\n" + "\n".join(changed)
-
-
-def unique_name() -> str:
-    return f"zlt{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def sweep_stale_namespaces() -> None:
-    """Remove namespaces left by a tuning test run that was killed."""
-    names = os.listdir(netns.NETNS_RUN_DIR) if os.path.isdir(netns.NETNS_RUN_DIR) else []
-    for name in names:
-        match = re.fullmatch(r"zlt(\d+)-[0-9a-f]{6}", name)
-        if match and not os.path.exists(f"/proc/{match.group(1)}"):
-            netns.remove(name)
 
 
 def ip(*args: str) -> None:
@@ -85,7 +69,7 @@ def ip(*args: str) -> None:
 def namespace(with_devices: bool = True):
     """A throwaway netns; with_devices adds veth zv0 (up, noqueue root) and a
     two-queue ifb zq0 (up, mq root), the two shapes a root qdisc can have."""
-    name = unique_name()
+    name = lab.unique_netns_name("tune")
     netns.create(name)
     try:
         if with_devices:
@@ -126,6 +110,20 @@ def ns_state(ns: str) -> tuple[dict, str, dict]:
 def write_profile(path, text: str) -> str:
     path.write_text(text)
     return str(path)
+
+
+def profile_text(name: str, *steps: tuple[str, dict]) -> str:
+    """A profile's TOML: one step per (id, knob), the knob a dict of its fields."""
+    lines = [f"name = {json.dumps(name)}"]
+    for step_id, knob in steps:
+        lines += ["[[step]]", f"id = {json.dumps(step_id)}", f'why = "test step {step_id}"',
+                  "  [[step.knob]]"]
+        lines += [f"  {key} = {json.dumps(value)}" for key, value in knob.items()]
+    return "\n".join(lines) + "\n"
+
+
+def netns_sysctl(name: str, value: str) -> dict:
+    return {"kind": "sysctl", "name": name, "value": value, "scope": "netns"}
 
 
 def run_cli(*args: str, check_rc: int | None = None) -> subprocess.CompletedProcess:

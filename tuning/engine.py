@@ -53,8 +53,8 @@ def _expand(step, spec, host: Host, facts, interfaces) -> list[Item]:
         return Item(step.id, step.item, why, k, spec.get("value"))
 
     def fixed(label, status, reason, kind, before=None) -> Item:
-        row = Row(step.id, label, status, reason, before=before, after=before,
-                  kind=kind, item=step.item)
+        row = Row(step.id, label, status=status, reason=reason, before=before,
+                  after=before, kind=kind, item=step.item)
         return Item(step.id, step.item, why, row=row)
 
     def per_interface(make, label) -> list[Item]:
@@ -109,6 +109,13 @@ def _check_interfaces(host: Host, interfaces) -> None:
             )
 
 
+@contextlib.contextmanager
+def _tuning(netns: str | None, root: str | None, state_dir: str | None):
+    """The host to tune (this thread inside NETNS), its facts, and its state store."""
+    with opened(netns, root) as host:
+        yield host, preflight.gather(host), Store(state_dir or default_dir(root), host)
+
+
 def _with_note(why: str, knob: Knob) -> str:
     note = knob.note()
     return f"{why}; {note}" if note else why
@@ -119,10 +126,8 @@ def apply(profile: Profile, *, netns: str | None = None, interfaces=(),
           state_dir: str | None = None) -> Report:
     if netns is not None or (root is None and not dry_run):
         _require_root("tune")
-    with opened(netns, root) as host:
-        facts = preflight.gather(host)
+    with _tuning(netns, root, state_dir) as (host, facts, store):
         _check_interfaces(host, interfaces)
-        store = Store(state_dir or default_dir(root), host)
         report = Report("dry-run" if dry_run else "apply", profile.name, netns,
                         host.where, store.path)
         # A dry run reads no state and writes none, so it takes no lock either
@@ -268,9 +273,7 @@ def revert(*, netns: str | None = None, root: str | None = None,
            state_dir: str | None = None) -> Report:
     if netns is not None or root is None:
         _require_root("tune --revert")
-    with opened(netns, root) as host:
-        facts = preflight.gather(host)
-        store = Store(state_dir or default_dir(root), host)
+    with _tuning(netns, root, state_dir) as (host, facts, store):
         with store.locked(create=False):
             state = _recorded(store, host, "revert")
             report = Report("revert", "+".join(state["profiles"]) if state else None,
@@ -312,10 +315,9 @@ def _revert_one(entry: dict, knob: Knob) -> tuple[Row, bool]:
     try:
         current = knob.read()
     except (OSError, Unavailable) as exc:
-        reason = reason_for(exc) if isinstance(exc, OSError) else str(exc)
         if isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.ENODEV):
-            return done("skipped", f"{reason}: it is gone, nothing to restore")
-        return done("skipped", reason, keep=True)
+            return done("skipped", f"{reason_for(exc)}: it is gone, nothing to restore")
+        return done("skipped", reason_for(exc), keep=True)
     if knob.same(current, original):
         return done("unchanged", "holds its original value already", current, current)
     if not knob.same(current, written):
@@ -336,9 +338,7 @@ def verify(*, netns: str | None = None, root: str | None = None,
            state_dir: str | None = None) -> Report:
     if netns is not None:
         _require_root("tune --verify --netns")
-    with opened(netns, root) as host:
-        facts = preflight.gather(host)
-        store = Store(state_dir or default_dir(root), host)
+    with _tuning(netns, root, state_dir) as (host, facts, store):
         with store.locked(create=False):
             state = _recorded(store, host, "verify")
         if state is None:
@@ -367,8 +367,7 @@ def _verify_one(entry: dict, knob: Knob) -> Row:
     try:
         current = knob.read()
     except (OSError, Unavailable) as exc:
-        row.status = "drifted"
-        row.reason = reason_for(exc) if isinstance(exc, OSError) else str(exc)
+        row.status, row.reason = "drifted", reason_for(exc)
         return row
     row.after = current
     if knob.same(current, written):

@@ -11,7 +11,7 @@ import errno
 import glob
 import os
 
-from .knobs import Knob, Unavailable, collapse, read_text, spread, write_files
+from .knobs import FilesKnob, Unavailable, read_text, spread
 
 
 def parse_cpulist(text: str) -> set[int]:
@@ -39,7 +39,7 @@ def format_cpulist(cpus) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in ranges)
 
 
-class IrqAffinity(Knob):
+class IrqAffinity(FilesKnob):
     kind = "irq_affinity"
     scope = "global"
 
@@ -131,13 +131,6 @@ class IrqAffinity(Knob):
                 "move these IRQs again: stop it, or ban these CPUs in its config"
             )
         return None
-
-    def read(self):
-        return collapse({key: read_text(path) for key, path in self._paths().items()})
-
-    def write(self, value):
-        paths = self._paths()
-        write_files(paths, spread(value, paths))
 
     def same(self, a, b):
         keys = list(self._paths())

@@ -34,8 +34,10 @@ _MEANING = {
 }
 
 
-def reason_for(exc: OSError, value: str | None = None) -> str:
+def reason_for(exc: OSError | Unavailable, value: str | None = None) -> str:
     """One line for a failed read or write: the errno name, then what it means."""
+    if isinstance(exc, Unavailable):
+        return str(exc)
     name = errno.errorcode.get(exc.errno, f"errno {exc.errno}")
     if exc.errno in (errno.EINVAL, errno.ERANGE) and value is not None:
         return f"{name}: the kernel rejected {value!r}"
@@ -93,6 +95,14 @@ def write_files(paths: dict[str, str], values: dict[str, str]) -> None:
         raise
 
 
+def require_qdisc(facts, kind: str) -> None:
+    """Raise Unavailable when the kernel is known to lack qdisc KIND."""
+    if facts.qdisc_available(kind) is False:
+        raise Unavailable(
+            f"ENOENT: qdisc {kind!r} is not in this kernel (not built in, no module)"
+        )
+
+
 def cpu_dirs(host: Host) -> list[tuple[str, str]]:
     """(cpuN, path) for each CPU in sysfs, in numeric order."""
     base = host.sys_path("devices", "system", "cpu")
@@ -147,7 +157,35 @@ class Knob:
         return a.split() == b.split()
 
 
-class Sysctl(Knob):
+class FileKnob(Knob):
+    """A knob that is one file, at `path`."""
+
+    @property
+    def path(self) -> str:
+        raise NotImplementedError
+
+    def read(self):
+        return read_text(self.path)
+
+    def write(self, value):
+        write_text(self.path, value)
+
+
+class FilesKnob(Knob):
+    """A knob that is one file per CPU or per IRQ, from `_paths()`; see collapse."""
+
+    def _paths(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def read(self):
+        return collapse({key: read_text(path) for key, path in self._paths().items()})
+
+    def write(self, value):
+        paths = self._paths()
+        write_files(paths, spread(value, paths))
+
+
+class Sysctl(FileKnob):
     kind = "sysctl"
 
     def __init__(self, host, facts, name: str, scope: str):
@@ -182,21 +220,11 @@ class Sysctl(Knob):
                     f"(available: {' '.join(available)})"
                 )
         if self.name == "net.core.default_qdisc":
-            if self.facts.qdisc_available(value) is False:
-                raise Unavailable(
-                    f"ENOENT: qdisc {value!r} is not in this kernel "
-                    "(not built in, no module)"
-                )
+            require_qdisc(self.facts, value)
         return value
 
-    def read(self):
-        return read_text(self.path)
 
-    def write(self, value):
-        write_text(self.path, value)
-
-
-class NicAttr(Knob):
+class NicAttr(FileKnob):
     """A per-device file in /sys/class/net/IFACE/, such as gro_flush_timeout."""
 
     kind = "nic"
@@ -215,14 +243,12 @@ class NicAttr(Knob):
     def label(self):
         return f"{self.iface}/{self.attr}"
 
-    def read(self):
-        return read_text(self.host.sys_path("class", "net", self.iface, self.attr))
-
-    def write(self, value):
-        write_text(self.host.sys_path("class", "net", self.iface, self.attr), value)
+    @property
+    def path(self):
+        return self.host.sys_path("class", "net", self.iface, self.attr)
 
 
-class Governor(Knob):
+class Governor(FilesKnob):
     """cpufreq scaling_governor of every CPU."""
 
     kind = "governor"
@@ -257,13 +283,6 @@ class Governor(Knob):
                 f"(offered: {' '.join(governors)})"
             )
         return value
-
-    def read(self):
-        return collapse({cpu: read_text(path) for cpu, path in self._paths().items()})
-
-    def write(self, value):
-        paths = self._paths()
-        write_files(paths, spread(value, paths))
 
 
 class CpuIdle(Knob):

@@ -59,7 +59,6 @@ class Profile:
     name: str
     summary: str
     steps: tuple[Step, ...]
-    source: str = ""
 
 
 def _profiles_dir():
@@ -146,8 +145,7 @@ def parse(text: str, source: str = "<string>") -> Profile:
             for n, raw in enumerate(knobs_raw, 1)
         )
         steps.append(Step(id=step_id, why=why.strip(), knobs=knobs, item=item))
-    return Profile(name=name, summary=data.get("summary", ""), steps=tuple(steps),
-                   source=source)
+    return Profile(name=name, summary=data.get("summary", ""), steps=tuple(steps))
 
 
 def _parse_knob(raw: dict, where: str, fail) -> KnobSpec:

@@ -17,6 +17,12 @@ with no parameters, so the kernel picks every default. (pyroute2's tc()
 fills in parameters of its own for kinds it has a plugin for, e.g. a pfifo
 limit of 0 packets, so it is not used for writing.) The socket is made in the
 calling thread, so inside a netns it talks to that netns.
+
+The requests go through AsyncIPRoute under asyncio.run, so a knob cannot be
+read or written from a thread that runs an event loop (use asyncio.to_thread).
+pyroute2 0.9.7's synchronous IPRoute would not lift that (it drives an event
+loop of its own, and fails the same way inside a running one), and its
+nlm_request fails with KeyError 'nlm_generator', so it cannot send these.
 """
 
 import asyncio
@@ -25,10 +31,10 @@ import errno
 import os
 import threading
 
-from .knobs import Knob, Unavailable, collapse
+from ..netns import CLONE_NEWNET
+from .knobs import Knob, Unavailable, collapse, require_qdisc
 
 TC_H_ROOT = 0xFFFFFFFF
-_CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -109,7 +115,7 @@ def kind_known(kind: str) -> bool:
 
     def probe():
         try:
-            if _libc.unshare(_CLONE_NEWNET) != 0:
+            if _libc.unshare(CLONE_NEWNET) != 0:
                 err = ctypes.get_errno()
                 answer["error"] = OSError(err, os.strerror(err))
                 return
@@ -163,10 +169,7 @@ class RootQdisc(Knob):
         return self._render(kind, children)
 
     def target(self, value):
-        if self.facts.qdisc_available(value) is False:
-            raise Unavailable(
-                f"ENOENT: qdisc {value!r} is not in this kernel (not built in, no module)"
-            )
+        require_qdisc(self.facts, value)
         kind, handle, children = self._netlink(_tree)
         wanted = f"mq/{value}" if kind == "mq" and children else value
         if handle != 0 and self._render(kind, children) != wanted:

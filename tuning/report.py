@@ -1,34 +1,26 @@
-"""What a tune run did, one row per knob: a table for people, JSON for programs."""
+"""What a tune run did, one row per knob, as JSON; the CLI draws the table."""
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 STATUSES = ("applied", "unchanged", "planned", "restored", "drifted", "skipped", "refused")
 
 
 @dataclass
 class Row:
+    """One knob's line; to_json keeps the field order, as DESIGN.md shows it."""
+
     step: str
     knob: str
-    status: str = ""
-    reason: str = ""
     before: str | None = None
     after: str | None = None
+    status: str = ""
+    reason: str = ""
     kind: str = ""
     scope: str = ""
     item: int | None = None  # the checklist item, for profiles that follow one
 
     def to_json(self) -> dict:
-        return {
-            "step": self.step,
-            "knob": self.knob,
-            "before": self.before,
-            "after": self.after,
-            "status": self.status,
-            "reason": self.reason,
-            "kind": self.kind,
-            "scope": self.scope,
-            "item": self.item,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -63,49 +55,3 @@ class Report:
         if self.error:
             out["error"] = self.error
         return out
-
-    def render(self) -> str:
-        lines = [" ".join(filter(None, (self.action, self.profile, "on", self.where)))]
-        if self.preflight:
-            lines.append(_preflight_line(self.preflight))
-        if self.rows:
-            table = [("STEP", "KNOB", "BEFORE → AFTER", "STATUS", "REASON")]
-            for row in self.rows:
-                change = ""
-                if row.before is not None or row.after is not None:
-                    change = f"{_show(row.before)} → {_show(row.after)}"
-                table.append((row.step, row.knob, change, row.status, row.reason))
-            widths = [max(len(r[i]) for r in table) for i in range(4)]
-            for r in table:
-                cells = [r[i].ljust(widths[i]) for i in range(4)] + [r[4]]
-                lines.append("  ".join(cells).rstrip())
-        counts = self.counts()
-        lines.append(
-            ", ".join(f"{n} {status}" for status, n in counts.items())
-            if counts else "nothing to do"
-        )
-        lines.extend(f"note: {note}" for note in self.notes)
-        return "\n".join(lines)
-
-
-def _show(value: str | None) -> str:
-    return "-" if value is None else value
-
-
-def _preflight_line(facts: dict) -> str:
-    parts = [f"kernel {facts['kernel']}"]
-    if facts.get("initial_netns") is not None:
-        parts.append("initial netns" if facts["initial_netns"] else "not the initial netns")
-    parts.append("/proc/sys writable" if facts["proc_sys_writable"] else "/proc/sys READ-ONLY")
-    if facts.get("congestion_controls") is not None:
-        parts.append(f"congestion controls: {' '.join(facts['congestion_controls'])}")
-    checked = facts.get("qdiscs_checked") or {}
-    if checked:
-        parts.append("qdiscs: " + " ".join(
-            f"{kind}{'' if ok else ' (absent)' if ok is False else ' (unknown)'}"
-            for kind, ok in checked.items()
-        ))
-    parts.append(f"cpufreq: {'yes' if facts['cpufreq'] else 'no'}")
-    if facts.get("irqbalance_pid"):
-        parts.append(f"irqbalance running (pid {facts['irqbalance_pid']})")
-    return "preflight: " + " · ".join(parts)

@@ -15,6 +15,12 @@ ACTION="${1:-}"
 [ $# -gt 0 ] && shift
 
 say() { printf 'provision: %s\n' "$*"; }
+updated=""
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    [ -n "$updated" ] || { apt-get update -q; updated=1; }
+    apt-get install -y -q --no-install-recommends "$@"
+}
 die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "run me as root (sudo bash vagrant/provision.sh ${ACTION})"
@@ -31,9 +37,7 @@ for pkg in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends "${missing[@]}"
+    apt_install "${missing[@]}"
 fi
 
 # --- kernel headers for bcc -------------------------------------------------
@@ -45,13 +49,11 @@ KREL="$(uname -r)"
 KDIR="/lib/modules/$KREL"
 # Debian splits the tree: kconfig.h lives under source, generated files under build.
 if [ ! -e "$KDIR/build/include/linux/kconfig.h" ] && [ ! -e "$KDIR/source/include/linux/kconfig.h" ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q
-    if apt-get install -y -q --no-install-recommends "linux-headers-$KREL" 2>/dev/null; then
+    if apt_install "linux-headers-$KREL" 2>/dev/null; then
         say "installed linux-headers-$KREL"
     else
         ARCH="$(dpkg --print-architecture)"
-        apt-get install -y -q --no-install-recommends "linux-headers-$ARCH"
+        apt_install "linux-headers-$ARCH"
         build="$(ls -d /usr/src/linux-headers-*-"$ARCH" | sort -V | tail -n 1)"
         common="${build%-"$ARCH"}-common"
         [ -d "$build" ] && [ -d "$common" ] || die "linux-headers-$ARCH left no usable tree in /usr/src"
@@ -75,10 +77,10 @@ if ! "$VENV/bin/python" -c "import bcc" 2>/dev/null; then
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
     say "created venv $VENV"
 fi
-"$VENV/bin/pip" install --quiet --disable-pip-version-check "$REPO[test]"
 # A plain (non-editable) install of the tree as it is now, even if the
-# version number did not change.
-"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall "$REPO"
+# version number did not change: uninstall first, so pip builds it once.
+"$VENV/bin/pip" uninstall --quiet --yes zerolayer 2>/dev/null || true
+"$VENV/bin/pip" install --quiet --disable-pip-version-check "$REPO[test]"
 ln -sfn "$VENV/bin/zerolayer" /usr/local/bin/zerolayer
 say "ready: $("$VENV/bin/zerolayer" --version)"
 

@@ -5,16 +5,9 @@ import os
 
 import click
 
+from ..privileges import preflight
 from .render import emit_json, number, table
 from .xdp_commands import json_option, netns_option
-
-
-def _preflight(action: str) -> None:
-    from ..pins import require_bpffs
-    from ..privileges import require_bpf_admin
-
-    require_bpf_admin(action)
-    require_bpffs()
 
 
 def _check_writable(path: str) -> None:
@@ -33,7 +26,7 @@ def bench(as_json, plot_path, quick):
     """Measure zerolayer against its floors, side by side, on a veth lab."""
     from .. import bench as bench_mod
 
-    _preflight("zerolayer bench")
+    preflight("zerolayer bench")
     if plot_path:
         from ..bench_plot import require_matplotlib
 
@@ -144,23 +137,23 @@ def replay(source, iface, netns, speed, topspeed, streams, port, destinations, d
             click.echo(_replay_line(result))
         return
 
-    _preflight("zerolayer replay")
+    preflight("zerolayer replay")
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
     report = replay_mod.replay_in_lab(source, streams=streams, speed=pace, port=port, progress=say)
     if as_json:
         emit_json({"source": source, **report.to_json()})
     else:
         click.echo(_replay_line(report.result))
-        rows = [[k, number(report.counters[k]), number(report.expected[k]),
-                 "" if report.counters[k] == report.expected[k] else "MISMATCH"]
-                for k in report.counters]
-        click.echo("\nXDP counters on dut0, against the reference judge's expectation:")
-        click.echo(table(["COUNTER", "COUNTED", "EXPECTED", ""], rows))
-    if not report.matches:
-        from ..errors import ZerolayerError
+        click.echo("\n" + judged_table(report.counters, report.expected))
+    report.check()
 
-        bad = [k for k in report.counters if report.counters[k] != report.expected[k]]
-        raise ZerolayerError("counters disagree with the reference judge on " + ", ".join(bad))
+
+def judged_table(counted: dict, expected: dict) -> str:
+    """Each XDP counter of dut0 next to the reference judge's expectation."""
+    rows = [[k, number(counted[k]), number(expected[k]),
+             "" if counted[k] == expected[k] else "MISMATCH"] for k in counted]
+    return ("XDP counters on dut0, against the reference judge's expectation:\n"
+            + table(["COUNTER", "COUNTED", "EXPECTED", ""], rows))
 
 
 def _replay_line(res) -> str:

@@ -2,7 +2,8 @@
 
 import click
 
-from .render import number, table
+from .bench_commands import judged_table
+from .render import table
 
 
 @click.command()
@@ -11,11 +12,9 @@ from .render import number, table
 def demo(streams):
     """Attach to a veth lab, replay token streams, show what XDP counted."""
     from .. import demo as demo_mod
-    from ..privileges import require_bpf_admin
-    from .. import pins
+    from ..privileges import preflight
 
-    require_bpf_admin("zerolayer demo")
-    pins.require_bpffs()
+    preflight("zerolayer demo")
     report = demo_mod.run(streams=streams, progress=click.echo)
 
     xsk = report.xsk
@@ -38,11 +37,7 @@ def demo(streams):
     click.echo(table(["FLOW", "TOKENS", "TOKENS/S", "GAP P50", "GAP P90", "GAP P99"], rows))
     click.echo("  (gaps are log2 buckets: '<32.8ms' means between 16.4 and 32.8 ms)")
 
-    rows = [[k, number(report.counters[k]), number(report.expected[k]),
-             "" if report.counters[k] == report.expected[k] else "MISMATCH"]
-            for k in report.counters]
-    click.echo("\nXDP counters on dut0, against the reference judge's expectation:")
-    click.echo(table(["COUNTER", "COUNTED", "EXPECTED", ""], rows))
+    click.echo("\n" + judged_table(report.counters, report.expected))
     demo_mod.check(report)
     click.echo("\nevery counter matches the reference judge; "
                "socket closed, program detached, lab removed")

@@ -24,11 +24,10 @@ def listen(iface, queues, count, timeout, netns, as_json):
 
     Ctrl-C (or SIGTERM) stops it; the sockets are unregistered on the way out
     and valid datagrams fall back to the kernel again."""
-    from .. import listen as listen_mod, pins
-    from ..privileges import require_bpf_admin
+    from .. import listen as listen_mod
+    from ..privileges import preflight
 
-    require_bpf_admin("zerolayer listen")
-    pins.require_bpffs()
+    preflight("zerolayer listen")
     frames = datagrams = 0
     with listen_mod.Listener(iface, queues or None, netns=netns) as listener:
         where = f"{iface} queue{'s' if len(listener.queues) > 1 else ''} " \

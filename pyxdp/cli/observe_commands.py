@@ -5,13 +5,7 @@ import sys
 
 import click
 
-
-def _preflight(action: str) -> None:
-    from .. import pins
-    from ..privileges import require_bpf_admin
-
-    require_bpf_admin(action)
-    pins.require_bpffs()
+from ..privileges import preflight
 
 
 @click.command()
@@ -24,7 +18,7 @@ def exporter(listen, once):
     """Serve Prometheus metrics for every interface zerolayer is attached to."""
     from .. import exporter as exporter_mod
 
-    _preflight("zerolayer exporter")
+    preflight("zerolayer exporter")
     log = lambda line: click.echo(f"zerolayer exporter: {line}", err=True)  # noqa: E731
     if once:
         sys.stdout.write(exporter_mod.render(log).decode())
@@ -44,7 +38,7 @@ def top(interval, flows_shown):
     from .. import top as top_mod
     from ..errors import ZerolayerError
 
-    _preflight("zerolayer top")
+    preflight("zerolayer top")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise ZerolayerError("top needs a terminal: for scripts use "
                              "`zerolayer stats IFACE --flows --json` or `zerolayer exporter --once`")

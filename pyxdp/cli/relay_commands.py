@@ -1,33 +1,17 @@
 """TCP token streams: `zerolayer relay` (the in-kernel frame relay), and the
 test token server and client, `zerolayer serve` and `zerolayer send`."""
 
-import contextlib
-import signal
-import threading
 import time
 
 import click
 
+from ..signals import stop_on_signals
 from .render import counters_table, emit_json, number, table
 
 netns_option = click.option(
     "--netns", metavar="NS", default=None,
     help="Open the sockets in named network namespace NS (see `ip netns list`).",
 )
-
-
-@contextlib.contextmanager
-def _until_signalled():
-    """An Event set by Ctrl-C or SIGTERM, so the main thread can wait on it
-    and stop things in order rather than be interrupted anywhere."""
-    stop = threading.Event()
-    handler = lambda *_: stop.set()  # noqa: E731
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def _interval_line(stats: dict, before: dict | None, elapsed: float) -> str:
@@ -79,7 +63,7 @@ def relay(listen_addr, upstream, engine, max_length, max_pairs, drain_timeout, m
     from .. import frames, netns as netns_mod
 
     max_length = frames.DEFAULT_MAX_LENGTH if max_length is None else max_length
-    with netns_mod.entered(netns), _until_signalled() as stop:
+    with netns_mod.entered(netns), stop_on_signals() as stop:
         if engine == "sockmap":
             from ..relay import DEFAULT_MAX_BACKLOG, Relay, serve_in_thread
 
@@ -137,7 +121,7 @@ def serve(listen_addr, token_delay, as_json, netns):
     from .. import netns as netns_mod
     from ..relay_tokens import TokenServer
 
-    with netns_mod.entered(netns), _until_signalled() as stop:
+    with netns_mod.entered(netns), stop_on_signals() as stop:
         server = TokenServer(listen_addr, token_delay=token_delay / 1000).start()
         click.echo(f"serving tokens on {server.address}; Ctrl-C to stop", err=True)
         try:

@@ -1,14 +1,58 @@
 """`zerolayer tune`: apply a host tuning profile, revert it, verify it."""
 
-import json
-
 import click
 
 from ..errors import ZerolayerError
+from .render import emit_json, table
 
 
 def _emit(payload, text: str, as_json: bool) -> None:
-    click.echo(json.dumps(payload, indent=2) if as_json else text)
+    if as_json:
+        emit_json(payload)
+    else:
+        click.echo(text)
+
+
+def _render(report) -> str:
+    """The report for people: what was done where, the preflight, a table, the counts."""
+    lines = [" ".join(filter(None, (report.action, report.profile, "on", report.where)))]
+    if report.preflight:
+        lines.append(_preflight_line(report.preflight))
+    if report.rows:
+        lines.append(table(
+            ["STEP", "KNOB", "BEFORE → AFTER", "STATUS", "REASON"],
+            [[row.step, row.knob,
+              "" if row.before is None and row.after is None
+              else f"{_show(row.before)} → {_show(row.after)}",
+              row.status, row.reason] for row in report.rows]))
+    counts = report.counts()
+    lines.append(", ".join(f"{n} {status}" for status, n in counts.items())
+                 if counts else "nothing to do")
+    lines.extend(f"note: {note}" for note in report.notes)
+    return "\n".join(lines)
+
+
+def _show(value: str | None) -> str:
+    return "-" if value is None else value
+
+
+def _preflight_line(facts: dict) -> str:
+    parts = [f"kernel {facts['kernel']}"]
+    if facts.get("initial_netns") is not None:
+        parts.append("initial netns" if facts["initial_netns"] else "not the initial netns")
+    parts.append("/proc/sys writable" if facts["proc_sys_writable"] else "/proc/sys READ-ONLY")
+    if facts.get("congestion_controls") is not None:
+        parts.append(f"congestion controls: {' '.join(facts['congestion_controls'])}")
+    checked = facts.get("qdiscs_checked") or {}
+    if checked:
+        parts.append("qdiscs: " + " ".join(
+            f"{kind}{'' if ok else ' (absent)' if ok is False else ' (unknown)'}"
+            for kind, ok in checked.items()
+        ))
+    parts.append(f"cpufreq: {'yes' if facts['cpufreq'] else 'no'}")
+    if facts.get("irqbalance_pid"):
+        parts.append(f"irqbalance running (pid {facts['irqbalance_pid']})")
+    return "preflight: " + " · ".join(parts)
 
 
 @click.command()
@@ -70,7 +114,7 @@ def tune(profile_name, revert, verify, list_profiles, netns, interfaces, dry_run
         report = engine.revert(**places)
     else:
         report = engine.verify(**places)
-    _emit(report.to_json(), report.render(), as_json)
+    _emit(report.to_json(), _render(report), as_json)
     if report.error:
         raise ZerolayerError(report.error)
 

@@ -75,11 +75,8 @@ def detach(iface, netns, as_json):
 @json_option
 def status(iface, netns, as_json):
     """Show the XDP program of every interface (or IFACE), and who owns it."""
-    from .. import attachment, pins
-    from ..privileges import require_bpf_admin
+    from .. import attachment
 
-    require_bpf_admin("zerolayer status")
-    pins.require_bpffs()
     rows = attachment.status(iface, netns)
     if as_json:
         emit_json({"interfaces": rows})
