@@ -6,6 +6,7 @@
 #include "zl_consts.h"
 #include "zl_endian.h"
 #include "zl_counts.h"
+#include "zl_verifier.h"
 
 struct zl_walk {
 	__u64 type_counts;   /* packed as zl_counts.h says */
@@ -65,6 +66,7 @@ static __always_inline void zl_walk_frames(struct xdp_md *ctx, void *data,
 			goto out;
 	}
 	for (; i < ZL_MAX_FRAMES; i++) {
+		zl_opaque(i); /* a counter 6.1 can follow to the end */
 		if (off + ZL_FRAME_HDR_LEN > end ||
 		    bpf_xdp_load_bytes(ctx, off, hdr, sizeof(hdr))) {
 			reason = ZL_SHORT_HEADER;

@@ -5,13 +5,17 @@
 #ifndef ZL_PARSE_H
 #define ZL_PARSE_H
 
-#include <linux/if_ether.h>
-#include <linux/ip.h>
-#include <linux/ipv6.h>
-#include <linux/udp.h>
+/* The uapi headers only: the kernel's internal ones pull in most of the
+ * kernel (linux/bpf.h among them), which is slow to compile and which bcc
+ * 0.26 cannot parse on 6.12. */
+#include <uapi/linux/if_ether.h>
+#include <uapi/linux/ip.h>
+#include <uapi/linux/ipv6.h>
+#include <uapi/linux/udp.h>
 
 #include "zl_consts.h"
 #include "zl_endian.h"
+#include "zl_verifier.h"
 
 enum zl_l4_kind {
 	ZL_L4_OTHER = 0,    /* anything we do not parse */
@@ -110,7 +114,8 @@ static __always_inline int zl_parse_udp(void *data, void *data_end,
 {
 	struct udphdr *uh;
 	__u32 l3_off, l4_off;
-	__u16 proto, ulen;
+	__u64 ulen;
+	__u16 proto;
 	int kind;
 
 	if (zl_parse_eth(data, data_end, &l3_off, &proto))
@@ -132,7 +137,7 @@ static __always_inline int zl_parse_udp(void *data, void *data_end,
 	uh = data + l4_off;
 	if ((void *)(uh + 1) > data_end)
 		return ZL_L4_OTHER;
-	ulen = zl_ntohs(uh->len);
+	ulen = zl_bound16(zl_ntohs(uh->len));
 	/* A UDP length that disagrees with the packet is not a datagram we
 	 * judge: the kernel's UDP layer drops it. */
 	if (ulen < sizeof(*uh) || (void *)uh + ulen > data_end)

@@ -9,6 +9,7 @@ something fails, and name it in the one-line error.
 import contextlib
 import os
 import platform
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,18 @@ def _stderr_to(log_path: str):
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+# bcc's diagnosis of a rejection that names a helper the kernel lacks.
+_MISSING = re.compile(r"HINT: (\w+) missing \(added in Linux ([\d.]+)\)")
+
+
+def _missing_helper(log_path: str) -> tuple[str, str] | None:
+    """(helper, first Linux version with it) when the verifier rejected a
+    program for calling a helper this kernel does not have."""
+    with open(log_path, errors="replace") as log:
+        found = _MISSING.search(log.read())
+    return found.groups() if found else None
 
 
 def _first_error(log_path: str) -> str:
@@ -128,6 +141,13 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
                 try:
                     prog_fds[name] = program.load_func(name.encode(), prog_type).fd
                 except Exception as exc:
+                    missing = _missing_helper(log_path)
+                    if missing:
+                        raise ZerolayerError(
+                            f"{name} needs the BPF helper {missing[0]}, which this kernel "
+                            f"({platform.release()}) lacks: it needs Linux {missing[1]} or "
+                            f"newer (verifier log: {log_path})"
+                        ) from None
                     raise ZerolayerError(
                         f"the kernel verifier rejected {name} ({exc}); "
                         f"verifier log: {log_path}"

@@ -127,7 +127,11 @@ class Listener(ClosedOnExit):
             yield Datagram(batch.source(i), batch.destination(i), batch.queue, found)
 
     def _check_attached(self) -> None:
-        if not attachment.inspect(self.ifname, self.netns).ours:
+        # Ours is not enough: after a detach and a fresh attach, the new
+        # program has a new socket map that these sockets are not in. An
+        # in-place upgrade keeps the pinned map, and the sockets with it.
+        ins = attachment.inspect(self.ifname, self.netns)
+        if not ins.ours or self.sockets[0].xsks_map_id not in ins.program.map_ids:
             raise ZerolayerError(f"zerolayer was detached from {self.ifname} while listening")
 
     def statistics(self) -> dict[int, XskStatistics]:

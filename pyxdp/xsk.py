@@ -316,6 +316,11 @@ class XskSocket(ClosedOnExit):
         self._xsks.update(self.queue, struct.pack("=I", self._sock.fileno()))
         self._registered = True
 
+    @property
+    def xsks_map_id(self) -> int | None:
+        """The id of the program's socket map this socket is registered in."""
+        return self._xsks.info.id if self._xsks is not None else None
+
     # --- receiving ------------------------------------------------------------------
 
     def fileno(self) -> int:

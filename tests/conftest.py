@@ -14,6 +14,8 @@ from pyxdp import pins
 
 ZEROLAYER = os.path.join(os.path.dirname(sys.executable), "zerolayer")
 
+pytest_plugins = ["capabilities"]
+
 
 def pytest_sessionstart(session):
     if os.geteuid() != 0:

@@ -72,6 +72,7 @@ def _broken_sources(tmp_path, find: str, replace: str):
     raise AssertionError(f"{find!r} not found in the C sources")
 
 
+@pytest.mark.kernel
 def test_verifier_rejection(cli, lab, tmp_path):
     # drop the bounds check before the Ethernet header is read
     src = _broken_sources(tmp_path, "if ((void *)(eth + 1) > data_end)\n\t\treturn -1;", "")
@@ -84,6 +85,7 @@ def test_verifier_rejection(cli, lab, tmp_path):
     assert not os.path.exists(pins.netns_dir(lab.dut.netns)), "a failed attach left pins"
 
 
+@pytest.mark.kernel
 def test_compile_error(cli, lab, tmp_path):
     src = _broken_sources(tmp_path, "c->packets++;", "c->packets++ oops;")
     line = one_line_error(cli("attach", lab.dut.ifname, "--netns", lab.dut.netns,

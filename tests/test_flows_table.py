@@ -13,6 +13,9 @@ from pyxdp import bpfsys, flows, frames, judge
 from pyxdp.maps import FLOW, FLOW_KEY, GAP_BUCKETS
 from pyxdp.frames import FrameType
 
+pytestmark = [pytest.mark.kernel, pytest.mark.capability("flows")]
+
+
 T = frames.encode(FrameType.TOKEN, "tok")
 REQUEST = frames.encode(FrameType.REQUEST, '{"prompt":"hi"}')
 DONE = frames.encode(FrameType.DONE, "")

@@ -38,6 +38,7 @@ def token_packet(lab, frames_per_datagram=4, size=16) -> bytes:
 
 
 @pytest.mark.parametrize("n", [1, 64, 1000, 250_003])
+@pytest.mark.kernel
 def test_asked_for_n_datagrams_sends_exactly_n(rig, n):
     lab, gen = rig
     got = counted_after(lab, lambda: gen.send(token_packet(lab), n))
@@ -59,6 +60,7 @@ def test_paced_run_sends_exactly_n_in_chunks_and_reports_its_rate(rig):
 
 
 @pytest.mark.parametrize("n", [999, 10_007])
+@pytest.mark.kernel
 def test_a_mix_of_sizes_malformed_and_other_arrives_exactly(rig, n):
     lab, gen = rig
     mix = generator.token_mix(lab, frames_per_datagram=3, payload_sizes=(0, 40, 400),

@@ -27,6 +27,8 @@ from pyxdp.relay_maps import FIELDS, RelayDataPath
 from pyxdp.relay_tokens import TokenServer, answer, request_payload
 
 ENGINES = ["sockmap", "asyncio"]
+# The sockmap relay is the kernel's part: every test of it is in the kernel suite.
+KERNEL_RELAY = [pytest.mark.kernel, pytest.mark.capability("relay")]
 PAUSE = 0.003  # between sends that must land in separate TCP segments
 
 
@@ -116,7 +118,7 @@ class Harness:
             self.listener.close()
 
 
-@pytest.fixture(params=ENGINES)
+@pytest.fixture(params=[pytest.param("sockmap", marks=KERNEL_RELAY), "asyncio"])
 def harness(request, datapath):
     made = []
 
@@ -420,6 +422,8 @@ def test_stats_have_one_shape_for_both_engines(datapath):
     assert shapes[0] == shapes[1]
 
 
+@pytest.mark.kernel
+@pytest.mark.capability("relay")
 def test_a_reader_too_slow_for_its_backlog_is_cut_off(datapath):
     """The kernel's queue between two sockets of a sockhash has no bound:
     the relay closes a pair whose reader lets more than max_backlog pile up.
@@ -428,10 +432,15 @@ def test_a_reader_too_slow_for_its_backlog_is_cut_off(datapath):
     try:
         client, upstream = h.connect()
         flood = encode(FrameType.TOKEN, "t" * 1000) * 30000  # 30 MB the client never reads
-        upstream.sendall(flood)
+        try:
+            upstream.sendall(flood)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # a slow machine: the pair was cut while the flood was still being written
         stats = h.settle(closed=1)
         assert stats["closed"]["slow_reader"] == 1
-        assert recv_to_end(upstream) == (b"", "eof")
+        # Closed with a FIN, or with a reset when the cut came mid-flood and
+        # unread bytes were still queued on the relay's side.
+        assert recv_to_end(upstream)[0] == b""
         got, how = recv_to_end(client)
         assert how == "reset" and len(got) < len(flood)
         for s in (client, upstream):
@@ -441,6 +450,8 @@ def test_a_reader_too_slow_for_its_backlog_is_cut_off(datapath):
         h.stop()
 
 
+@pytest.mark.kernel
+@pytest.mark.capability("relay")
 def test_start_up_check_refuses_a_parser_that_misplaces_frames(tmp_path, monkeypatch):
     """The parser finds each message in the skb from TCP sequence numbers,
     through the kernel's internal layout; the relay checks that at start-up.
@@ -459,6 +470,8 @@ def test_start_up_check_refuses_a_parser_that_misplaces_frames(tmp_path, monkeyp
         assert dp.sockets() == [] and dp.conns() == []
 
 
+@pytest.mark.kernel
+@pytest.mark.capability("relay")
 def test_a_relay_frees_everything_it_made():
     """Programs, maps, sockets, threads: a relay that loaded its own data
     path and is closed leaves nothing open in the process."""
@@ -475,6 +488,8 @@ def test_a_relay_frees_everything_it_made():
     assert not open_fds() - before
 
 
+@pytest.mark.kernel
+@pytest.mark.capability("relay")
 def test_clients_beyond_max_pairs_are_refused(datapath):
     h = Harness("sockmap", datapath, max_pairs=1)
     try:

@@ -11,6 +11,8 @@ from packets import build, ether, ipv4, ipv6, token_frames, udp
 from pyxdp import counters, frames, judge
 from pyxdp.frames import MAX_FRAMES
 
+pytestmark = pytest.mark.kernel
+
 PASS, DROP = judge.XDP_PASS, judge.XDP_DROP
 ONE_TOKEN = token_frames(("token", "hello"))
 PING = frames.encode(frames.FrameType.PING)

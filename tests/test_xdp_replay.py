@@ -22,7 +22,9 @@ def settle(cli, lab, want_packets: int, timeout: float = 3.0) -> dict:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("mode", ["native", "skb"])
+@pytest.mark.kernel
+@pytest.mark.parametrize("mode", [pytest.param("native", marks=pytest.mark.capability("xdp_native")),
+                                  pytest.param("skb", marks=pytest.mark.capability("xdp_skb"))])
 def test_mixed_capture_counts_exactly(cli, lab, mode):
     loader.attach(lab.dut.ifname, mode=mode, netns=lab.dut.netns)
     packets = traffic.mixed_traffic(lab, streams=6, seed=3)
@@ -37,6 +39,7 @@ def test_mixed_capture_counts_exactly(cli, lab, mode):
     assert got["token_datagrams"] == got["fallback_passed"] + got["redirected"]
 
 
+@pytest.mark.kernel
 def test_malformed_pass_policy_reaches_the_kernel_socket(cli, lab):
     import socket
 
@@ -55,6 +58,8 @@ def test_malformed_pass_policy_reaches_the_kernel_socket(cli, lab):
     assert got["malformed_passed"] == len(payloads) and got["malformed_dropped"] == 0
 
 
+@pytest.mark.kernel
+@pytest.mark.capability("xdp_skb")
 def test_big_skb_mode_datagrams_take_the_slow_reader():
     """Frame headers beyond the direct-access window (~16 KiB into the
     packet) are read with bpf_xdp_load_bytes; only skb mode on a big MTU

@@ -1,6 +1,9 @@
 """`zerolayer demo` with its AF_XDP consumer, as a user runs it."""
 
+import pytest
 
+
+@pytest.mark.kernel
 def test_demo_streams_arrive_over_af_xdp_and_counters_match(cli):
     proc = cli("demo")
     assert proc.returncode == 0, proc.stderr

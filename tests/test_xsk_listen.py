@@ -84,6 +84,8 @@ def expected_records(packets, queue=0) -> list[dict]:
     return out
 
 
+@pytest.mark.kernel
+@pytest.mark.capability("af_xdp_copy")
 def test_listen_json_prints_every_frame_in_order(attached):
     lab = attached
     odd = [traffic.udp_packet(lab, frames.encode(FrameType.TOKEN, b"\xff\xfe raw \x80"),

@@ -124,12 +124,15 @@ def _varied_packets(lab) -> list:
     return out
 
 
-def test_every_frame_arrives_once_in_order_with_exact_bytes(attached):
+@pytest.mark.kernel
+@pytest.mark.capability("af_xdp_copy")
+def test_every_frame_arrives_once_in_order_with_exact_bytes(attached, record_property):
     packets = _varied_packets(attached)
     sent = [bytes(p) for p in packets]
     before = xdp_counters(attached)
     with xsk(attached) as sock:
         assert sock.mode == "copy"  # veth has no zero-copy AF_XDP
+        record_property("seen", f"{sock.mode} mode on veth")
         traffic.send(attached, packets)
         got_batches = []
         deadline = time.monotonic() + 10
@@ -249,6 +252,7 @@ def test_chunks_recycle_for_ever_with_a_small_umem(attached, generator):
 
 # --- registration -----------------------------------------------------------------------
 
+@pytest.mark.kernel
 def test_after_close_valid_frames_fall_back_to_the_kernel(attached):
     packets = [traffic.udp_packet(attached, frames.encode(FrameType.TOKEN, f"t{i}"), sport=40000)
                for i in range(5)]
@@ -297,6 +301,8 @@ def test_one_socket_per_queue_is_enforced(attached):
 
 # --- multi-queue ------------------------------------------------------------------------
 
+@pytest.mark.kernel
+@pytest.mark.capability("af_xdp_copy")
 def test_two_queues_each_socket_gets_its_queue(two_queues):
     lab, gen = two_queues
     to_q0, to_q1 = token_packet(lab, "for queue 0"), token_packet(lab, "for queue 1", 40001)
@@ -383,9 +389,12 @@ def test_bad_socket_options_are_refused(attached, options, message):
         xsk(attached, **options)
 
 
-def test_zerocopy_on_veth_is_refused_not_faked(attached):
+@pytest.mark.kernel
+@pytest.mark.capability("af_xdp_zero_copy")
+def test_zerocopy_on_veth_is_refused_not_faked(attached, record_property):
     with pytest.raises(ZerolayerError,
                        match="the driver of dut0 cannot bind queue 0 in zero-copy mode"):
         xsk(attached, bind="zerocopy")
     with xsk(attached, bind="copy") as sock:
         assert sock.mode == "copy" and sock.mode_note is None
+    record_property("seen", "veth refuses it; reported, not faked")

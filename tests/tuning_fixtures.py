@@ -21,7 +21,8 @@ from pyxdp.tuning import profile as profiles
 # sysctls that change on their own while anything runs, each for a reason
 # unrelated to tuning: dentry/inode/file-handle counters move with every file
 # opened, ns_last_pid with every process started, random.uuid is new on
-# each read and entropy_avail drifts with use.
+# each read and entropy_avail drifts with use; fs.quota.* are statistics
+# that move with any other process's disk activity.
 CHURNING = {
     "fs.dentry-state",
     "fs.file-nr",
@@ -42,7 +43,7 @@ def sysctl_all(ns: str | None = None) -> dict[str, str]:
     values = {}
     for line in out.splitlines():
         key, _, value = line.partition(" = ")
-        if key not in CHURNING:
+        if key not in CHURNING and not key.startswith("fs.quota."):
             values[key] = value
     return values
 

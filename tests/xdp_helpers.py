@@ -1,6 +1,7 @@
 """Small helpers shared by the veth-based XDP tests."""
 
 import json
+import subprocess
 
 from pyxdp import counters, xdp_netlink
 
@@ -14,6 +15,13 @@ def stats(cli, lab) -> dict:
 
 def flat_counters(cli, lab) -> dict[str, int]:
     return counters.flatten(stats(cli, lab)["counters"])
+
+
+def rx_packets(lab) -> int:
+    """Packets dut0 received, as the kernel counts them for the device."""
+    out = subprocess.run(["ip", "-n", lab.dut.netns, "-j", "-s", "link", "show", "dev", lab.dut.ifname],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)[0]["stats64"]["rx"]["packets"]
 
 
 def xdp_state(lab, ifname=None):

@@ -1,0 +1,29 @@
+"""Every BPF program zerolayer ships loads on the running kernel: bcc
+compiles it against this kernel's headers and the verifier accepts it. What
+each program does is tested elsewhere; this is the one list of them all, so
+a kernel that rejects any names it here."""
+
+import pytest
+
+from pyxdp import compiler, generator, testrun
+from pyxdp.bench_xdp import COUNT_MAPS, COUNT_PROGRAM
+from pyxdp.relay_maps import RelayDataPath
+
+pytestmark = pytest.mark.kernel
+
+# name -> a loader whose result has close(), with the product's own program
+# names, maps and compile flags.
+PROGRAMS = {
+    "xdp_token.c (the parser)": lambda: compiler.load(*compiler.TOKEN_PROGRAM,
+                                                      maps=compiler.TOKEN_MAPS),
+    "xdp_tx.c (the generator)": lambda: compiler.load(*generator.GENERATOR_PROGRAM,
+                                                      maps=generator.GENERATOR_MAPS),
+    "xdp_count.c (bench floor)": lambda: compiler.load(*COUNT_PROGRAM, maps=COUNT_MAPS),
+    "xdp_pass.c (bench floor)": lambda: compiler.load(*testrun.PASS_PROGRAM),
+    "sk_relay.c (the TCP relay)": RelayDataPath,
+}
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_program_loads(name):
+    PROGRAMS[name]().close()
