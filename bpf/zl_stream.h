@@ -1,5 +1,5 @@
-/* Framing a TCP byte stream (DESIGN.md section 1, TCP transport) for the
- * kernel's stream parser.
+/* Framing a TCP byte stream (docs/spec.md §4) for the kernel's stream
+ * parser.
  *
  * The stream parser hands an SK_SKB program an skb whose data starts where
  * the TCP segment starts, not where the message starts: after a message that

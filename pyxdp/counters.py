@@ -1,5 +1,5 @@
 """The counter schema: the order of struct zl_counters (bpf/zl_structs.h) and
-the JSON shape of `zerolayer stats` (DESIGN.md section 3).
+the JSON shape of `zerolayer stats` (docs/spec.md §3).
 
 Internally counters are flat dicts with dotted keys ("frames.token");
 nest() gives the JSON shape.

@@ -1,4 +1,4 @@
-"""The token frame codec (DESIGN.md section 1).
+"""The token frame codec (docs/spec.md §1, and §4.1 for TCP).
 
 A frame is a 4-byte big-endian payload length, one type byte, and the
 payload. Over UDP one datagram carries whole frames back to back; over TCP a

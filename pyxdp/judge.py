@@ -1,4 +1,4 @@
-"""The reference judge: DESIGN.md section 1 in plain Python.
+"""The reference judge: docs/spec.md §1 to §3 in plain Python.
 
 judge_datagram() decides a UDP payload; classify_packet() and expected()
 model the whole XDP program (bpf/zl_parse.h, bpf/zl_frames.h, xdp_token.c):

@@ -3,8 +3,8 @@ read from one AF_XDP socket per rx queue.
 
 Listener opens the sockets (every queue of the interface, or the ones
 asked for) and yields Datagrams in arrival order per queue; each holds the
-token frames of one UDP datagram. record() is the JSON line of DESIGN.md
-section 3 for one frame, and LiveView turns datagrams into lines for people,
+token frames of one UDP datagram. record() is the JSON line of docs/spec.md
+§5.7 for one frame, and LiveView turns datagrams into lines for people,
 reassembling each flow's stream (pyxdp.streams).
 """
 

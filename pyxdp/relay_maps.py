@@ -3,7 +3,7 @@ verdict, attached to a sockhash of relayed sockets, and typed access to the
 relay's maps.
 
 bcc 0.26 cannot declare a sockhash, so we make it here with bpf(2) and hand
-its fd to the C code as -DZL_SK_SOCKS_FD (DESIGN.md section 4). Sockets are
+its fd to the C code as -DZL_SK_SOCKS_FD (docs/spec.md §7.2). Sockets are
 keyed by their cookie. A second map, zl_sk_conns, holds per socket the
 cookie of its pair (where its frames go) and the parser's framing state.
 

@@ -5,7 +5,7 @@ The server answers PING with PONG, and a REQUEST with TOKEN frames and a
 DONE. Its "model" echoes the prompt back a word at a time (cycled to
 max_tokens when that is larger), so a test knows the exact answer:
 answer(request) is it. A peer that breaks the stream (unknown type,
-oversize length) is reset, as DESIGN.md says a receiver must.
+oversize length) is reset, as docs/spec.md §4.1 says a receiver must.
 """
 
 import asyncio

@@ -14,7 +14,7 @@ manager to release it on the way out.
 
 The frames are those zerolayer's program redirected: valid token datagrams
 in Ethernet, up to two VLAN tags, IPv4 (options allowed) or IPv6 with UDP as
-the next header (DESIGN.md section 1). The parse below relies on that.
+the next header (docs/spec.md §1.3). The parse below relies on that.
 """
 
 import ipaddress

@@ -100,7 +100,7 @@ def test_listen_json_prints_every_frame_in_order(attached):
     assert code == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines == expected
-    for line in lines:  # exactly DESIGN.md's keys, in its order
+    for line in lines:  # exactly docs/spec.md §5.7's keys, in its order
         assert list(line) in (["src", "dst", "type", "payload", "queue"],
                               ["src", "dst", "type", "payload_b64", "queue"])
     assert base64.b64decode(lines[-2]["payload_b64"]) == b"\xff\xfe raw \x80"

@@ -7,7 +7,7 @@ STATUSES = ("applied", "unchanged", "planned", "restored", "drifted", "skipped",
 
 @dataclass
 class Row:
-    """One knob's line; to_json keeps the field order, as DESIGN.md shows it."""
+    """One knob's line; to_json keeps the field order, as docs/spec.md §5.8 shows it."""
 
     step: str
     knob: str
