@@ -1,6 +1,6 @@
 /* zerolayer's XDP program: judge token datagrams at the driver, count them,
  * and hand valid ones to the AF_XDP socket of their rx queue. Verdicts and
- * counters are those of docs/spec.md §2 and §3. */
+ * counters are those of docs/spec.md sections 2 and 3. */
 #include <uapi/linux/bpf.h>
 
 #include "zl_consts.h"

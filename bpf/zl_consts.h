@@ -1,4 +1,4 @@
-/* Protocol constants: the token frame (docs/spec.md §1), verdict policy,
+/* Protocol constants: the token frame (docs/spec.md section 1), verdict policy,
  * and the Ethernet/IP numbers the parser needs. No code lives here. */
 #ifndef ZL_CONSTS_H
 #define ZL_CONSTS_H

@@ -1,4 +1,4 @@
-/* The frame walker: judges a UDP payload as a whole (docs/spec.md §1.4).
+/* The frame walker: judges a UDP payload as a whole (docs/spec.md section 1.4).
  * pyxdp/judge.py is its Python reference and must agree on every input. */
 #ifndef ZL_FRAMES_H
 #define ZL_FRAMES_H

@@ -1,4 +1,4 @@
-/* Framing a TCP byte stream (docs/spec.md §4) for the kernel's stream
+/* Framing a TCP byte stream (docs/spec.md section 4) for the kernel's stream
  * parser.
  *
  * The stream parser hands an SK_SKB program an skb whose data starts where

@@ -20,9 +20,9 @@ mode in effect is read back with getsockopt(XDP_OPTIONS), never assumed.
 veth has no zero-copy support, so on veth it is always copy mode.
 
 Why batches, and why numpy plus libxdp. A per-frame Python loop over the
-rings was measured slower than a `socket.recv_into` loop (docs/spec.md
-§8.1), so Python must touch each *batch*, not each frame, and per-frame work
-must be the caller's choice. Of the candidates:
+rings pays the interpreter per frame, where `socket.recv_into` does not
+(docs/spec.md section 8.1), so Python must touch each *batch*, not each
+frame, and per-frame work must be the caller's choice. Of the candidates:
   - numpy alone can view rings and UMEM, but cannot order memory: on arm64
     reading a ring's producer index with a plain load lets the CPU read the
     descriptors before it, and a plain store of our index can become visible

@@ -25,8 +25,10 @@ def settle(cli, lab, want_packets: int, timeout: float = 3.0) -> dict:
 @pytest.mark.kernel
 @pytest.mark.parametrize("mode", [pytest.param("native", marks=pytest.mark.capability("xdp_native")),
                                   pytest.param("skb", marks=pytest.mark.capability("xdp_skb"))])
-def test_mixed_capture_counts_exactly(cli, lab, mode):
-    loader.attach(lab.dut.ifname, mode=mode, netns=lab.dut.netns)
+def test_mixed_capture_counts_exactly(cli, lab, mode, record_property):
+    attached = loader.attach(lab.dut.ifname, mode=mode, netns=lab.dut.netns)
+    assert attached.mode == mode
+    record_property("seen", f"{attached.mode} on veth")
     packets = traffic.mixed_traffic(lab, streams=6, seed=3)
     # VLAN-tagged token traffic too (the dut has no VLAN device: the
     # datagram is judged and counted, then the kernel drops it)

@@ -80,7 +80,9 @@ fi
 # A plain (non-editable) install of the tree as it is now, even if the
 # version number did not change: uninstall first, so pip builds it once.
 "$VENV/bin/pip" uninstall --quiet --yes zerolayer 2>/dev/null || true
-"$VENV/bin/pip" install --quiet --disable-pip-version-check "$REPO[test]"
+# No build isolation: the venv's own setuptools builds it, so a machine (or
+# VM) that already has every dependency installs without reaching an index.
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation "$REPO[test]"
 ln -sfn "$VENV/bin/zerolayer" /usr/local/bin/zerolayer
 say "ready: $("$VENV/bin/zerolayer" --version)"
 

@@ -243,7 +243,6 @@ phase venv
 install -m 0755 "$HERE/zl-init" "$ROOT/sbin/zl-init"
 inroot passwd -d root >/dev/null          # console login, if ever needed, without a password
 echo zl-vm >"$ROOT/etc/hostname"
-echo "nameserver 10.0.2.3" >"$ROOT/etc/resolv.conf"   # qemu user-mode DNS
 rm -f "$ROOT/usr/sbin/policy-rc.d"
 echo "$KREL" >"$WORK/kernel-release"
 cp "$ROOT/boot/vmlinuz-$KREL" "$WORK/vmlinuz"

@@ -122,10 +122,10 @@ SERIAL="$LOGDIR/serial.log"
 qemu-system-x86_64 -nodefaults -display none -monitor none -no-reboot \
     "${ACCEL_ARGS[@]}" -smp 2 -m "$MEM" \
     -kernel "$IMAGE/vmlinuz" -initrd "$IMAGE/initrd.img" \
-    -append "root=/dev/vda rw console=ttyS0 init=/sbin/zl-init quiet panic=1 net.ifnames=0" \
+    -append "root=/dev/vda rw console=ttyS0 init=/sbin/zl-init quiet panic=1" \
     -drive "file=$IMAGE/rootfs.ext4,if=virtio,format=raw" -snapshot \
     -device virtio-rng-pci \
-    -nic user,model=virtio-net-pci \
+    -nic none \
     -virtfs "local,path=$REPO,mount_tag=repo,security_model=none,id=repo" \
     -virtfs "local,path=$JOB,mount_tag=job,security_model=none,id=job" \
     -serial "file:$SERIAL" </dev/null >"$LOGDIR/qemu.log" 2>&1 &
