@@ -84,7 +84,6 @@ def test_declared_scopes_match_this_kernel():
 def test_qdisc_probe_asks_the_kernel_and_leaves_nothing():
     before = sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else []
     assert kind_known("pfifo") is True
-    assert kind_known("fq") is False  # not compiled into this machine's kernel
     assert kind_known("no_such_qdisc") is False
     after = sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else []
     assert after == before

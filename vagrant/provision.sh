@@ -80,8 +80,11 @@ fi
 # A plain (non-editable) install of the tree as it is now, even if the
 # version number did not change: uninstall first, so pip builds it once.
 "$VENV/bin/pip" uninstall --quiet --yes zerolayer 2>/dev/null || true
-# No build isolation: the venv's own setuptools builds it, so a machine (or
-# VM) that already has every dependency installs without reaching an index.
+# No build isolation: the venv's own setuptools and wheel build it, so a
+# machine (or VM) that already has every dependency installs without
+# reaching an index.
+"$VENV/bin/python" -c "import setuptools, wheel" 2>/dev/null \
+    || "$VENV/bin/pip" install --quiet --disable-pip-version-check "setuptools>=64" wheel
 "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation "$REPO[test]"
 ln -sfn "$VENV/bin/zerolayer" /usr/local/bin/zerolayer
 say "ready: $("$VENV/bin/zerolayer" --version)"

@@ -231,8 +231,10 @@ mkdir -p "$ROOT/tmp/src"
 tar -C "$REPO" --exclude=.git --exclude=build --exclude='*.egg-info' \
     --exclude=__pycache__ --exclude=.pytest_cache --exclude=.hypothesis -cf - . |
     tar -C "$ROOT/tmp/src" -xf -
+# setuptools and wheel too: provision.sh builds the project without build
+# isolation, and the guest has no network to fetch them.
 inroot /opt/zerolayer/venv/bin/pip install --quiet --disable-pip-version-check --no-cache-dir \
-    '/tmp/src[test]' >&2
+    'setuptools>=64' wheel '/tmp/src[test]' >&2
 inroot /opt/zerolayer/venv/bin/pip uninstall --quiet --yes zerolayer >&2
 inroot /opt/zerolayer/venv/bin/python -c 'import bcc, pyroute2, scapy, click, pytest' \
     || die "the venv cannot import the project's dependencies"
