@@ -5,7 +5,7 @@ A test marked `@pytest.mark.capability("NAME")` proves capability NAME
 (names in CAPABILITIES). It may say what it saw, as the user would read it,
 with `record_property("seen", "...")` (for example the XDP mode the kernel
 reports). With ZEROLAYER_CAPABILITIES=PATH set, the session writes every
-capability's outcome on this kernel to PATH as JSON; vagrant/vm/matrix.py
+capability's outcome on this kernel to PATH as JSON; vagrant/vm/kernel_table.py
 turns such files into the README's kernel table. A cell is measured, never
 written by hand: a capability passes only if every test that proves it ran
 and passed.
