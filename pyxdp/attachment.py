@@ -101,7 +101,7 @@ def describe(ins: Inspection) -> dict:
         "owner": ins.owner,
         "pin_dir": ins.pin_dir if ins.pinned else None,
         "stale_pins": ins.stale_pins,
-        "rx_queues": ins.state.num_rx_queues,
+        "rx_queues": ins.state.rx_queues,
     }
     if ins.ours:
         with ZerolayerMaps.open_pinned(ins.pin_dir) as maps:

@@ -57,7 +57,10 @@ class Lab:
     DUT_MAC = "02:7a:00:00:00:01"
     PEER_MAC = "02:7a:00:00:00:02"
 
-    def __init__(self, rx_queues: int = 1, mtu: int = 1500):
+    def __init__(self, rx_queues: int | None = 1, mtu: int = 1500):
+        """RX_QUEUES: the queues each end allocates and runs; None leaves
+        it to the kernel, as `ip link add ... type veth` does (a queue per
+        possible CPU allocated, one running)."""
         self.tag = _new_tag()
         self.rx_queues = rx_queues
         self.mtu = mtu
@@ -85,13 +88,14 @@ class Lab:
                 _write_sysctl(f"net/ipv6/conf/{scope}/disable_ipv6", "1")
         peer_fd = os.open(netns.path(self.peer.netns), os.O_RDONLY)
         try:
+            queues = {} if self.rx_queues is None else {
+                "num_rx_queues": self.rx_queues, "num_tx_queues": self.rx_queues}
             with netns.entered(self.dut.netns), IPRoute() as ipr:
                 ipr.link(
                     "add", ifname=self.dut.ifname, kind="veth", address=self.dut.mac,
-                    num_rx_queues=self.rx_queues, num_tx_queues=self.rx_queues,
                     peer={"ifname": self.peer.ifname, "address": self.peer.mac,
-                          "net_ns_fd": peer_fd, "num_rx_queues": self.rx_queues,
-                          "num_tx_queues": self.rx_queues},
+                          "net_ns_fd": peer_fd, **queues},
+                    **queues,
                 )
         finally:
             os.close(peer_fd)

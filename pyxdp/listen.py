@@ -49,7 +49,7 @@ class Listener(ClosedOnExit):
     def __init__(self, ifname: str, queues=None, *, netns: str | None = None, **socket_options):
         self.ifname, self.netns = ifname, netns
         ins = attachment.require_ours(ifname, netns)
-        self.queues = sorted(set(queues)) if queues else list(range(ins.state.num_rx_queues))
+        self.queues = sorted(set(queues)) if queues else list(range(ins.state.rx_queues))
         self.sockets: list[XskSocket] = []
         self._poll = select.poll()
         # Datagrams the program redirected that pyxdp.frames cannot decode:

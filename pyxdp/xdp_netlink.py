@@ -9,6 +9,7 @@ program and never clobbers a program someone else attached meanwhile.
 import errno
 from dataclasses import dataclass
 
+from . import ethtool
 from . import netns as netns_mod
 from .errors import ZerolayerError
 
@@ -34,7 +35,7 @@ class XdpState:
     ifname: str
     mode: str | None  # None: no program
     prog_id: int | None
-    num_rx_queues: int
+    rx_queues: int  # in use (ethtool's channels), not merely allocated
     mtu: int
 
 
@@ -45,6 +46,7 @@ def _ipr():
 
 
 def _state(msg) -> XdpState:
+    """Called inside the interface's netns (the queue count asks its driver)."""
     xdp = msg.get_attr("IFLA_XDP")
     mode, prog_id = None, None
     if xdp is not None:
@@ -59,7 +61,8 @@ def _state(msg) -> XdpState:
         ifname=msg.get_attr("IFLA_IFNAME"),
         mode=mode,
         prog_id=prog_id or None,
-        num_rx_queues=msg.get_attr("IFLA_NUM_RX_QUEUES") or 1,
+        rx_queues=ethtool.rx_queues_in_use(msg.get_attr("IFLA_IFNAME"),
+                                           msg.get_attr("IFLA_NUM_RX_QUEUES") or 1),
         mtu=msg.get_attr("IFLA_MTU") or 0,
     )
 

@@ -215,7 +215,7 @@ class XskSocket(ClosedOnExit):
     @staticmethod
     def _check_attached(ifname, netns, queue) -> attachment.Inspection:
         ins = attachment.require_ours(ifname, netns)
-        queues = ins.state.num_rx_queues
+        queues = ins.state.rx_queues
         if not 0 <= queue < queues:
             raise ZerolayerError(
                 f"{ifname} has {queues} rx queue{'s' if queues > 1 else ''} "

@@ -3,6 +3,7 @@ a lab's veth, fed by zerolayer's XDP program."""
 
 import base64
 import json
+import os
 import signal
 import subprocess
 
@@ -228,5 +229,36 @@ def test_listen_every_queue_and_one_queue():
                 [(1, "one")] * 5
             delta = counters.delta(xdp_counters(lab), before)
             assert delta["fallback_passed"] == 7 and delta["redirected"] == 5
+        finally:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+@pytest.mark.kernel
+@pytest.mark.capability("af_xdp_copy")
+def test_a_default_veth_runs_one_queue_and_listen_binds_just_it(cli):
+    """`ip link add ... type veth` allocates a queue per possible CPU but runs
+    one: listen binds the queues that run (ethtool's channels), and
+    `ethtool -L` changes that, as it does for a real NIC."""
+    with lab_mod.Lab(rx_queues=None) as lab:
+        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+        try:
+            status = json.loads(cli("status", lab.dut.ifname, "--netns", lab.dut.netns,
+                                    "--json", check=True).stdout)
+            assert status["interfaces"][0]["rx_queues"] == 1
+            listening = Listening(lab, "--count", 1, "--timeout", 60)
+            assert "queue 0" in listening.header[-1]
+            traffic.send(lab, [token_packet(lab, "one")])
+            code, out, err = listening.finish()
+            assert code == 0, err
+            assert [json.loads(line)["payload"] for line in out.splitlines()] == ["one"]
+
+            err = one_line_error(cli("listen", "dut0", "--netns", lab.dut.netns, "--queue", 1))
+            assert err == "zerolayer: dut0 has 1 rx queue (0-0): there is no queue 1"
+            if os.cpu_count() > 1:  # a second queue to run needs a second one allocated
+                subprocess.run(["ip", "netns", "exec", lab.dut.netns, "ethtool", "-L", "dut0",
+                                "rx", "2"], check=True, capture_output=True)
+                two = Listening(lab, "--count", 1, "--timeout", 60)
+                assert "queues 0-1" in two.header[-1]
+                two.kill()
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
