@@ -11,7 +11,7 @@
  * an earlier repetition wrote into it. */
 #include <uapi/linux/bpf.h>
 
-/* pyxdp/generator.py mirrors these: change both together. */
+/* pyxdp/lab/generator.py mirrors these: change both together. */
 #define ZL_GEN_MAX_LEN 1536 /* >= 1500-byte MTU + Ethernet + two VLAN tags */
 #define ZL_GEN_TEMPLATES 16
 #define ZL_GEN_SLOTS 4096

@@ -16,9 +16,9 @@ enum zl_frame_type {
 #define ZL_FRAME_TYPES 5
 
 /* The walk bound is shared with the Python reference judge, so the loader
- * passes it in from pyxdp.frames.MAX_FRAMES rather than both sides defining it. */
+ * passes it in from pyxdp.proto.frames.MAX_FRAMES rather than both sides defining it. */
 #ifndef ZL_MAX_FRAMES
-#error "ZL_MAX_FRAMES is defined by the loader (pyxdp.frames.MAX_FRAMES)"
+#error "ZL_MAX_FRAMES is defined by the loader (pyxdp.proto.frames.MAX_FRAMES)"
 #endif
 /* Per-type counts are packed 8 bits each into one u64 during the walk. */
 _Static_assert(ZL_MAX_FRAMES >= 16 && ZL_MAX_FRAMES < 256, "ZL_MAX_FRAMES out of range");

@@ -1,5 +1,5 @@
 /* The frame walker: judges a UDP payload as a whole (docs/spec.md section 1.4).
- * pyxdp/judge.py is its Python reference and must agree on every input. */
+ * pyxdp/proto/judge.py is its Python reference and must agree on every input. */
 #ifndef ZL_FRAMES_H
 #define ZL_FRAMES_H
 

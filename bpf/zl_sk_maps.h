@@ -5,10 +5,10 @@
 #include "zl_sk_structs.h"
 
 #ifndef ZL_SK_SOCKS_FD
-#error "ZL_SK_SOCKS_FD is defined by the loader (pyxdp/relay_maps.py)"
+#error "ZL_SK_SOCKS_FD is defined by the loader (pyxdp/relay/datapath.py)"
 #endif
 #ifndef ZL_SK_MAX_SOCKS
-#error "ZL_SK_MAX_SOCKS is defined by the loader (pyxdp/relay_maps.py)"
+#error "ZL_SK_MAX_SOCKS is defined by the loader (pyxdp/relay/datapath.py)"
 #endif
 
 /* The relayed sockets: a sockhash keyed by socket cookie, made by the

@@ -1,4 +1,4 @@
-/* Layouts the TCP frame relay shares with userspace. pyxdp/relay_maps.py
+/* Layouts the TCP frame relay shares with userspace. pyxdp/relay/datapath.py
  * mirrors them field by field: change both together. */
 #ifndef ZL_SK_STRUCTS_H
 #define ZL_SK_STRUCTS_H

@@ -1,4 +1,4 @@
-/* Layouts shared with userspace. pyxdp/maps.py mirrors these field by field:
+/* Layouts shared with userspace. pyxdp/xdp/maps.py mirrors these field by field:
  * change both together. */
 #ifndef ZL_STRUCTS_H
 #define ZL_STRUCTS_H
@@ -33,7 +33,7 @@ struct zl_config {
 
 /* Token gaps in log2 microsecond buckets: bucket 0 holds gaps under 1 us,
  * bucket k (1..20) holds [2^(k-1), 2^k) us, the last holds 2^20 us
- * (1.05 s) and longer. pyxdp/flows.py gap_bucket() is the reference. */
+ * (1.05 s) and longer. pyxdp/xdp/flows.py gap_bucket() is the reference. */
 #define ZL_GAP_BUCKETS 22
 
 /* A flow: one sender's token frames to one port. */

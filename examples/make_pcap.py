@@ -1,6 +1,6 @@
 """Regenerate examples/tokens.pcap: the conversations of transcript.jsonl,
 plus one malformed datagram per reason and some ordinary traffic (ICMP, a
-UDP datagram to another port, an IP fragment) from pyxdp.traffic, between
+UDP datagram to another port, an IP fragment) from pyxdp.lab.traffic, between
 the lab's addresses (fixed, so the capture replays into any lab).
 
     /opt/zerolayer/venv/bin/python examples/make_pcap.py
@@ -8,7 +8,8 @@ the lab's addresses (fixed, so the capture replays into any lab).
 
 from pathlib import Path
 
-from pyxdp import lab, replay, traffic
+from pyxdp.lab import replay, traffic
+from pyxdp.lab import veth_lab as lab
 
 HERE = Path(__file__).parent
 START = 1767225600.0  # the transcript's clock

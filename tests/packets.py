@@ -7,7 +7,7 @@ knobs for the hostile variants (IP options, fragments, lying UDP lengths).
 
 import struct
 
-from pyxdp import frames
+from pyxdp.proto import frames
 
 DUT_MAC = bytes.fromhex("027a00000001")
 PEER_MAC = bytes.fromhex("027a00000002")

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from pyxdp import bench
+from pyxdp.bench import runner as bench
+
+pytestmark = pytest.mark.root
 
 FIGURE_KEYS = {"median", "min", "max", "rounds", "values"}
 FIGURES = ["zerolayer_dps", "pass_counter_dps", "xdp_ratio", "xsk_fps", "udp_fps",
@@ -22,7 +24,7 @@ def assert_figure(fig, rounds):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    from conftest import run_cli
+    from cli_runner import run_cli
 
     plot = tmp_path_factory.mktemp("bench") / "bench.png"
     proc = run_cli("bench", "--quick", "--json", "--plot", plot)

@@ -9,9 +9,11 @@ import subprocess
 
 import pytest
 
-from conftest import ZEROLAYER
-from pyxdp import compiler, pins
+from cli_runner import ZEROLAYER
+from pyxdp.xdp import compiler, pins
 from xdp_helpers import one_line_error
+
+pytestmark = pytest.mark.root
 
 
 def run_as(cmd: list[str], prefix: list[str], **kwargs) -> subprocess.CompletedProcess:

@@ -16,9 +16,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ZEROLAYER
-from pyxdp import counters, exporter, frames, loader, traffic
-from pyxdp.frames import FrameType
+from cli_runner import ZEROLAYER
+from pyxdp.lab import traffic
+from pyxdp.observe import exporter
+from pyxdp.proto import counters, datagram, frames
+from pyxdp.proto.frames import FrameType
+from pyxdp.xdp import loader
+
+pytestmark = pytest.mark.root
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "grafana" / "zerolayer-dashboard.json"
 
@@ -43,7 +48,7 @@ def running_exporter():
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"the exporter did not come up: {proc.communicate()}")
+                    raise AssertionError(f"the exporter did not come up: {proc.communicate()}") from None
                 time.sleep(0.1)
         yield proc, url
     finally:
@@ -97,8 +102,8 @@ def test_metrics_after_a_known_replay(lab, running_exporter):
         # sends datagrams far more than 1 us apart).
         convs = traffic.conversations(5)
         token_dgrams = [d for c in convs for d in c.datagrams()
-                        if frames.decode_datagram(d)[0].type == FrameType.TOKEN]
-        n_tokens = sum(len(frames.decode_datagram(d)) for d in token_dgrams)
+                        if datagram.decode_datagram(d)[0].type == FrameType.TOKEN]
+        n_tokens = sum(len(datagram.decode_datagram(d)) for d in token_dgrams)
         assert n_tokens == want["frames.token"]
         assert value(got, "zerolayer_token_gap_seconds_count", **me) == n_tokens - len(convs)
         assert value(got, "zerolayer_token_gap_seconds_bucket", le="1e-06", **me) == \
@@ -200,7 +205,8 @@ def test_af_xdp_socket_statistics_reach_the_exporter(lab, running_exporter):
     """Through sock_diag where the kernel has it, else through what the
     listener publishes: either way, a listener's real socket statistics,
     and nothing once it is gone."""
-    from pyxdp import listen, xsk_published
+    from pyxdp.xsk import listen
+    from pyxdp.xsk import published as xsk_published
 
     _, url = running_exporter
     loader.attach(lab.dut.ifname, netns=lab.dut.netns)

@@ -14,8 +14,11 @@ import time
 
 import pytest
 
-from pyxdp import flows, frames
-from pyxdp.frames import FrameType
+from pyxdp.proto import datagram, frames
+from pyxdp.proto.frames import FrameType
+from pyxdp.xdp import flows
+
+pytestmark = pytest.mark.root
 
 T = frames.encode(FrameType.TOKEN, "tok")
 REQUEST = frames.encode(FrameType.REQUEST, '{"prompt":"cadence"}')
@@ -44,7 +47,7 @@ def model_samples(sent: list[tuple[int, bytes]]) -> list[int]:
     these times, per its definition."""
     samples, clock = [], None
     for at, payload in sent:
-        kinds = [f.type for f in frames.decode_datagram(payload)]
+        kinds = [f.type for f in datagram.decode_datagram(payload)]
         if FrameType.REQUEST in kinds:
             clock = None
         tokens = kinds.count(FrameType.TOKEN)

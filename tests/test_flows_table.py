@@ -9,11 +9,13 @@ import struct
 import pytest
 
 from packets import SRC6, ether, ipv4, ipv6, token_frames, udp
-from pyxdp import bpfsys, flows, frames, judge
-from pyxdp.maps import FLOW, FLOW_KEY, GAP_BUCKETS
-from pyxdp.frames import FrameType
+from pyxdp.kernel import bpfsys
+from pyxdp.proto import frames, judge
+from pyxdp.proto.frames import FrameType
+from pyxdp.xdp import flows
+from pyxdp.xdp.maps import FLOW, FLOW_KEY, GAP_BUCKETS
 
-pytestmark = [pytest.mark.kernel, pytest.mark.capability("flows")]
+pytestmark = [pytest.mark.root, pytest.mark.kernel, pytest.mark.capability("flows")]
 
 
 T = frames.encode(FrameType.TOKEN, "tok")

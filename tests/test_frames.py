@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyxdp import frames, judge
-from pyxdp.frames import Frame, FrameType
+from pyxdp.proto import datagram, frames, judge
+from pyxdp.proto.frames import Frame, FrameType
 
 frame_strategy = st.builds(
     Frame, st.sampled_from(list(FrameType)), st.binary(max_size=40)
@@ -22,7 +22,7 @@ def test_encode_is_length_type_payload():
 @given(st.lists(frame_strategy, min_size=1, max_size=frames.MAX_FRAMES))
 def test_datagram_roundtrip(items):
     wire = frames.encode_frames(items)
-    assert frames.decode_datagram(wire) == items
+    assert datagram.decode_datagram(wire) == items
     verdict = judge.judge_datagram(wire)
     assert verdict.valid
     assert sum(verdict.frames) == len(items)
@@ -86,7 +86,7 @@ def test_stream_decoder_breaks_on_oversize_length():
 def test_judge_reasons(payload, reason):
     assert judge.judge_datagram(payload).reason == reason
     with pytest.raises(frames.FrameError):
-        frames.decode_datagram(payload)
+        datagram.decode_datagram(payload)
 
 
 def test_judge_first_reason_wins():

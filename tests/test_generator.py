@@ -4,8 +4,13 @@ anything is sent. Counted at dut0 by zerolayer's own counters."""
 
 import pytest
 
-from pyxdp import counters, frames, generator, lab as lab_mod, loader, stats
 from pyxdp.errors import ZerolayerError
+from pyxdp.lab import generator
+from pyxdp.lab import veth_lab as lab_mod
+from pyxdp.proto import counters, frames
+from pyxdp.xdp import loader, stats
+
+pytestmark = pytest.mark.root
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +90,7 @@ def test_switching_between_mixes_rewinds_the_schedule(rig):
     first = generator.token_mix(lab, malformed=0.5)
     second = generator.token_mix(lab, frames_per_datagram=2, other=0.25)
     for mix, n in ((first, 7), (second, 13), (first, 7)):
-        assert counted_after(lab, lambda: gen.run(mix, n)) == mix.expected_counters(n)
+        assert counted_after(lab, lambda mix=mix, n=n: gen.run(mix, n)) == mix.expected_counters(n)
 
 
 def test_shares_become_exact_interleaved_counts(rig):

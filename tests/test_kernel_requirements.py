@@ -8,7 +8,10 @@ import platform
 import re
 
 import pytest
+
 from xdp_helpers import one_line_error
+
+pytestmark = pytest.mark.root
 
 # bpf_xdp_load_bytes, which the parser calls for headers past the
 # direct-access window, came in 5.18: the oldest kernel zerolayer runs on.

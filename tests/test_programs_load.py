@@ -5,11 +5,12 @@ a kernel that rejects any names it here."""
 
 import pytest
 
-from pyxdp import compiler, generator, testrun
-from pyxdp.bench_xdp import COUNT_MAPS, COUNT_PROGRAM
-from pyxdp.relay_maps import RelayDataPath
+from pyxdp.bench.xdp_path import COUNT_MAPS, COUNT_PROGRAM
+from pyxdp.lab import generator
+from pyxdp.relay.datapath import RelayDataPath
+from pyxdp.xdp import compiler, testrun
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
 # name -> a loader whose result has close(), with the product's own program
 # names, maps and compile flags.

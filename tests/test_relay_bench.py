@@ -4,7 +4,11 @@ for the benchmark to say, not for a test to assert."""
 import subprocess
 import sys
 
-from pyxdp import relay_bench
+import pytest
+
+from pyxdp.bench import relay as relay_bench
+
+pytestmark = pytest.mark.root
 
 TINY = relay_bench.Plan(rounds=1, flood_frames=20_000, paced_s=0.1, streams=(1, 4),
                         paced_rate=2_000, quick=True)
@@ -34,6 +38,6 @@ def test_the_benchmark_measures_all_three_ways():
 
 
 def test_the_module_runs_as_a_script_and_checks_its_arguments():
-    proc = subprocess.run([sys.executable, "-m", "pyxdp.relay_bench", "--no-such-option"],
+    proc = subprocess.run([sys.executable, "-m", "pyxdp.bench.relay", "--no-such-option"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage" in proc.stderr

@@ -13,7 +13,9 @@ import time
 
 import pytest
 
-from conftest import ZEROLAYER
+from cli_runner import ZEROLAYER
+
+pytestmark = pytest.mark.root
 
 
 @contextlib.contextmanager

@@ -17,14 +17,18 @@ import time
 
 import pytest
 
-from pyxdp import counters, frames, relay_sockets
 from pyxdp.bpf import SOURCE_DIR
 from pyxdp.errors import ZerolayerError
-from pyxdp.frames import FrameType, StreamDecoder, encode
-from pyxdp.relay import Relay, serve_in_thread
-from pyxdp.relay_asyncio import AsyncioRelay
-from pyxdp.relay_maps import FIELDS, RelayDataPath
-from pyxdp.relay_tokens import TokenServer, answer, request_payload
+from pyxdp.proto import counters, frames
+from pyxdp.proto.frames import FrameType, StreamDecoder, encode
+from pyxdp.relay import sockets as relay_sockets
+from pyxdp.relay.asyncio_relay import AsyncioRelay
+from pyxdp.relay.datapath import RelayDataPath
+from pyxdp.relay.schema import FIELDS
+from pyxdp.relay.sockmap_relay import Relay, serve_in_thread
+from pyxdp.relay.tokens import TokenServer, answer, request_payload
+
+pytestmark = pytest.mark.root
 
 ENGINES = ["sockmap", "asyncio"]
 # The sockmap relay is the kernel's part: every test of it is in the kernel suite.

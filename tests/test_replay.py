@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from pyxdp import counters, frames, lab as lab_mod, loader, replay, stats, traffic
 from pyxdp.errors import ZerolayerError
-from pyxdp.frames import FrameType
+from pyxdp.lab import replay, traffic
+from pyxdp.lab import veth_lab as lab_mod
+from pyxdp.proto import counters, datagram, frames
+from pyxdp.proto.frames import FrameType
+from pyxdp.xdp import loader, stats
 from xdp_helpers import one_line_error
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -22,7 +25,7 @@ def line(**obj) -> str:
 
 
 def payloads(timeline) -> list[bytes]:
-    from pyxdp.judge import classify_packet
+    from pyxdp.proto.judge import classify_packet
 
     return [classify_packet(t.packet).payload for t in timeline]
 
@@ -35,7 +38,7 @@ def test_a_conversation_becomes_request_token_groups_and_done():
                 done={"t": 11.0, "usage": {"completion_tokens": 3}})]
     timeline = replay.packets_from_transcript(src, ROUTE)
     assert [t.at for t in timeline] == [0.0, 0.5, 0.75, 1.0]
-    decoded = [frames.decode_datagram(p) for p in payloads(timeline)]
+    decoded = [datagram.decode_datagram(p) for p in payloads(timeline)]
     assert decoded[0] == [frames.Frame(FrameType.REQUEST, b'{"prompt":"hi"}')]
     assert decoded[1] == [frames.Frame(FrameType.TOKEN, b"a"), frames.Frame(FrameType.TOKEN, b"b")]
     assert decoded[2] == [frames.Frame(FrameType.TOKEN, b"c")]
@@ -45,7 +48,7 @@ def test_a_conversation_becomes_request_token_groups_and_done():
 def test_token_groups_split_at_max_frames_and_a_cut_short_stream_has_no_done():
     tokens = [{"t": 10.1, "text": "x"}] * (frames.MAX_FRAMES + 3)
     timeline = replay.packets_from_transcript([line(tokens=tokens)], ROUTE)
-    sizes = [len(frames.decode_datagram(p)) for p in payloads(timeline)]
+    sizes = [len(datagram.decode_datagram(p)) for p in payloads(timeline)]
     assert sizes == [1, frames.MAX_FRAMES, 3]  # no DONE frame at the end
 
 

@@ -3,8 +3,8 @@
 from scapy.layers.inet import IP, UDP
 from scapy.packet import Padding, Raw
 
-from pyxdp import frames
-from pyxdp.scapy_layer import TokenFrame
+from pyxdp.proto import frames
+from pyxdp.proto.scapy_layer import TokenFrame
 
 
 def test_build_matches_codec():

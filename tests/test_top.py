@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from conftest import ZEROLAYER
-from pyxdp import traffic
+from cli_runner import ZEROLAYER
+from pyxdp.lab import traffic
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")]
 
 
 class Pane:

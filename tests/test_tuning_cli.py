@@ -1,15 +1,21 @@
 """`zerolayer tune` as a user runs it: a subprocess, its output and exit code."""
 
 import json
-import os
 import subprocess
 
 import pytest
-from tuning_fixtures import (  # noqa: F401 (fixtures)
-    FAKE_NIC, ZEROLAYER, host_sysctls_unchanged, make_fake_root, netns_sysctl, ns,
-    profile_text, run_cli, write_profile)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+from tuning_fixtures import (
+    FAKE_NIC,
+    ZEROLAYER,
+    make_fake_root,
+    netns_sysctl,
+    profile_text,
+    run_cli,
+    write_profile,
+)
+
+pytestmark = pytest.mark.root
 
 ROW_KEYS = {"step", "knob", "before", "after", "status", "reason"}
 STATUSES = {"applied", "unchanged", "skipped", "refused", "planned", "restored", "drifted"}

@@ -10,14 +10,22 @@ import os
 import subprocess
 
 import pytest
-from tuning_fixtures import (  # noqa: F401 (fixtures)
-    ZEROLAYER, diff, host_sysctls_unchanged, namespace, netns_sysctl, ns, ns_state,
-    profile_text, qdiscs, sysctl_all, write_profile)
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.tuning import engine, profile
+from tuning_fixtures import (
+    ZEROLAYER,
+    diff,
+    namespace,
+    netns_sysctl,
+    ns_state,
+    profile_text,
+    qdiscs,
+    sysctl_all,
+    write_profile,
+)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+pytestmark = pytest.mark.root
 
 
 def sysctl(ns_name: str, name: str) -> str:
@@ -319,7 +327,7 @@ def test_state_of_a_recreated_namespace_is_stale(tmp_path):
     prof = netns_profile(tmp_path, ("net.ipv4.tcp_fastopen", "3"))
     with namespace(with_devices=False) as name:
         engine.apply(prof, netns=name, state_dir=tmp_path)
-    from pyxdp import netns
+    from pyxdp.kernel import netns
 
     netns.create(name)  # same name, a different namespace
     try:

@@ -14,11 +14,16 @@ import subprocess
 import time
 
 import pytest
-from tuning_fixtures import (  # noqa: F401 (fixtures)
-    FAKE_NIC, ZEROLAYER, host_sysctls_unchanged, make_fake_root, run_cli, tree)
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.tuning import engine, profile
+from tuning_fixtures import (
+    FAKE_NIC,
+    ZEROLAYER,
+    make_fake_root,
+    run_cli,
+    tree,
+)
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ import stat
 import subprocess
 
 import pytest
-from tuning_fixtures import host_sysctls_unchanged, namespace  # noqa: F401 (fixture)
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.tuning import profile
 from pyxdp.tuning.qdisc import kind_known
+from tuning_fixtures import namespace
 
 
 def test_three_profiles_ship():
@@ -36,10 +36,10 @@ def test_inf2_refuses_aslr_and_explains_nodelay():
     assert refused["kernel.randomize_va_space"]["value"] == "0"
     notes = {spec["name"]: spec["reason"] for _, spec in knobs if spec.kind == "note"}
     assert notes["net.ipv4.tcp_nodelay"].startswith("not a sysctl")
-    assert "pyxdp.sockopts.set_low_latency" in notes["net.ipv4.tcp_nodelay"]
+    assert "pyxdp.tuning.sockopts.set_low_latency" in notes["net.ipv4.tcp_nodelay"]
     nodelay = [spec for step, spec in knobs if step.id == "nodelay" and spec.kind == "sysctl"]
     assert [(s["name"], s["value"]) for s in nodelay] == [("net.ipv4.tcp_autocorking", "0")]
-    assert "pyxdp.sockopts" in nodelay[0].why
+    assert "pyxdp.tuning.sockopts" in nodelay[0].why
     kinds = {spec.kind for _, spec in knobs}
     assert kinds >= {"sysctl", "qdisc", "nic", "irq_affinity", "governor", "refuse", "note"}
 
@@ -52,12 +52,12 @@ def test_every_reason_is_one_line():
 
 
 def test_the_helper_the_reasons_name_exists():
-    from pyxdp import sockopts
+    from pyxdp.tuning import sockopts
 
     assert callable(sockopts.set_low_latency) and callable(sockopts.rearm_quickack)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.root
 def test_declared_scopes_match_this_kernel():
     # A per-netns knob must exist and be writable in a fresh namespace; a
     # global net.* knob must be absent there, or read-only.
@@ -80,7 +80,7 @@ def test_declared_scopes_match_this_kernel():
         assert writable == (scope == "netns"), (key, scope, oct(modes.get(key, 0)))
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.root
 def test_qdisc_probe_asks_the_kernel_and_leaves_nothing():
     before = sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else []
     assert kind_known("pfifo") is True

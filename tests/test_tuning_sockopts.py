@@ -1,14 +1,14 @@
-"""pyxdp.sockopts: the per-socket half of nodelay, read back from the kernel."""
+"""pyxdp.tuning.sockopts: the per-socket half of nodelay, read back from the kernel."""
 
-import os
 import socket
 
 import pytest
-from tuning_fixtures import host_sysctls_unchanged, ip, namespace  # noqa: F401 (fixture)
 
-from pyxdp import netns, sockopts
+from pyxdp.kernel import netns
+from pyxdp.tuning import sockopts
+from tuning_fixtures import ip, namespace
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+pytestmark = pytest.mark.root
 
 
 @pytest.fixture

@@ -8,10 +8,11 @@ import random
 import struct
 
 import pytest
-from packets import build, ether, ipv4, ipv6, udp
-from pyxdp import frames, judge
 
-pytestmark = pytest.mark.kernel
+from packets import build, ether, ipv4, ipv6, udp
+from pyxdp.proto import frames, judge
+
+pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
 
 CASES = int(os.environ.get("ZEROLAYER_DIFFERENTIAL_CASES", 20_000))

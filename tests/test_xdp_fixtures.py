@@ -8,10 +8,10 @@ import struct
 import pytest
 
 from packets import build, ether, ipv4, ipv6, token_frames, udp
-from pyxdp import counters, frames, judge
-from pyxdp.frames import MAX_FRAMES
+from pyxdp.proto import counters, frames, judge
+from pyxdp.proto.frames import MAX_FRAMES
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
 PASS, DROP = judge.XDP_PASS, judge.XDP_DROP
 ONE_TOKEN = token_frames(("token", "hello"))

@@ -10,8 +10,12 @@ import time
 
 import pytest
 
-from pyxdp import frames, generator, pins, traffic, xdp_netlink
+from pyxdp.lab import generator, traffic
+from pyxdp.proto import frames
+from pyxdp.xdp import netlink, pins
 from xdp_helpers import flat_counters, load_foreign, one_line_error, rx_packets, stats, xdp_state
+
+pytestmark = pytest.mark.root
 
 
 def attach(cli, lab, *args, ifname=None):
@@ -55,7 +59,7 @@ def test_native_mode_where_unsupported_is_one_line(cli, lab):
 def test_foreign_program_is_refused_and_kept(cli, lab, tmp_path):
     bpf, fd = load_foreign(tmp_path)
     state = xdp_state(lab)
-    xdp_netlink.attach(state.ifindex, fd, "native", netns=lab.dut.netns)
+    netlink.set_program(state.ifindex, fd, "native", netns=lab.dut.netns)
     foreign_id = xdp_state(lab).prog_id
 
     line = one_line_error(cli("attach", lab.dut.ifname, "--netns", lab.dut.netns))
@@ -199,9 +203,8 @@ def test_config_changes_ports_without_reloading(cli, lab):
 
 
 def test_stats_watch_prints_rates_until_interrupted(lab):
-    from conftest import ZEROLAYER
-
-    from pyxdp import loader
+    from cli_runner import ZEROLAYER
+    from pyxdp.xdp import loader
 
     loader.attach(lab.dut.ifname, netns=lab.dut.netns)
     packets = traffic.mixed_traffic(lab)

@@ -9,8 +9,13 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 
-from pyxdp import counters, frames, judge, lab as lab_mod, loader, traffic
+from pyxdp.lab import traffic
+from pyxdp.lab import veth_lab as lab_mod
+from pyxdp.proto import counters, frames, judge
+from pyxdp.xdp import loader
 from xdp_helpers import flat_counters
+
+pytestmark = pytest.mark.root
 
 
 def settle(cli, lab, want_packets: int, timeout: float = 3.0) -> dict:
@@ -80,7 +85,7 @@ def test_big_skb_mode_datagrams_take_the_slow_reader():
         packets = [traffic.udp_packet(lab, p, sport=42000 + i) for i, p in enumerate(payloads)]
         assert all(len(bytes(p)) > 17000 for p in packets)
         traffic.send(lab, packets)
-        from conftest import run_cli
+        from cli_runner import run_cli
 
         got = settle(run_cli, lab, len(packets))
         assert got == traffic.expected_counters(packets)

@@ -1,11 +1,15 @@
 """The delivery benchmark runs and reports everything it promises. It makes
-no claim about speed here: that is for `python -m pyxdp.xsk_bench`."""
+no claim about speed here: that is for `python -m pyxdp.bench.xsk_vs_udp`."""
 
 import json
 import subprocess
 import sys
 
-from pyxdp import xsk_bench
+import pytest
+
+from pyxdp.bench import xsk_vs_udp as xsk_bench
+
+pytestmark = pytest.mark.root
 
 FRAMES = 20_000
 
@@ -42,7 +46,7 @@ def test_bench_reports_every_key():
 
 def test_bench_entry_point_prints_json(tmp_path):
     # Not from the repository root, where `-m` would import the source tree.
-    proc = subprocess.run([sys.executable, "-m", "pyxdp.xsk_bench", str(FRAMES)],
+    proc = subprocess.run([sys.executable, "-m", "pyxdp.bench.xsk_vs_udp", str(FRAMES)],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["frames_offered"] == FRAMES

@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.root
+
 
 @pytest.mark.kernel
 def test_demo_streams_arrive_over_af_xdp_and_counters_match(cli):

@@ -12,12 +12,17 @@ from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
 
-from conftest import ZEROLAYER
-from pyxdp import counters, frames, judge, lab as lab_mod, loader, traffic
-from pyxdp.frames import FrameType
-from pyxdp.generator import LiveGenerator
+from cli_runner import ZEROLAYER
+from pyxdp.lab import traffic
+from pyxdp.lab import veth_lab as lab_mod
+from pyxdp.lab.generator import LiveGenerator
+from pyxdp.proto import counters, datagram, frames, judge
+from pyxdp.proto.frames import FrameType
+from pyxdp.xdp import loader
 from test_xsk_socket import send_on_queue, token_packet, xdp_counters
 from xdp_helpers import one_line_error
+
+pytestmark = pytest.mark.root
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +79,7 @@ def expected_records(packets, queue=0) -> list[dict]:
             src, dst = f"[{pkt[IPv6].src}]:{udp.sport}", f"[{pkt[IPv6].dst}]:{udp.dport}"
         else:
             src, dst = f"{pkt['IP'].src}:{udp.sport}", f"{pkt['IP'].dst}:{udp.dport}"
-        for frame in frames.decode_datagram(bytes(udp[Raw].load) if Raw in udp else b""):
+        for frame in datagram.decode_datagram(bytes(udp[Raw].load) if Raw in udp else b""):
             rec = {"src": src, "dst": dst, "type": frame.type.label}
             try:
                 rec["payload"] = frame.payload.decode("utf-8")

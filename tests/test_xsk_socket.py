@@ -14,12 +14,16 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 
-from pyxdp import counters, frames, lab as lab_mod, loader, stats, traffic
 from pyxdp.errors import ZerolayerError
-from pyxdp.frames import FrameType
-from pyxdp.generator import LiveGenerator
-from pyxdp.xsk import XskSocket
+from pyxdp.lab import traffic
+from pyxdp.lab import veth_lab as lab_mod
+from pyxdp.lab.generator import LiveGenerator
+from pyxdp.proto import counters, frames
+from pyxdp.proto.frames import FrameType
+from pyxdp.xdp import loader, stats
+from pyxdp.xsk.socket import XskSocket
 
+pytestmark = pytest.mark.root
 
 # --- fixtures and helpers -----------------------------------------------------------
 

@@ -14,9 +14,10 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import ZEROLAYER  # noqa: F401 (re-exported to the tuning tests)
 
-from pyxdp import lab, netns
+from cli_runner import ZEROLAYER  # noqa: F401 (re-exported to the tuning tests)
+from pyxdp.kernel import netns
+from pyxdp.lab import veth_lab as lab
 from pyxdp.tuning import profile as profiles
 
 # sysctls that change on their own while anything runs, each for a reason

@@ -3,7 +3,8 @@
 import json
 import subprocess
 
-from pyxdp import counters, xdp_netlink
+from pyxdp.proto import counters
+from pyxdp.xdp import netlink
 
 FOREIGN_C = "foreign_xdp.c"
 
@@ -25,7 +26,7 @@ def rx_packets(lab) -> int:
 
 
 def xdp_state(lab, ifname=None):
-    return xdp_netlink.query(ifname or lab.dut.ifname, lab.dut.netns)
+    return netlink.query(ifname or lab.dut.ifname, lab.dut.netns)
 
 
 def load_foreign(tmp_path):

@@ -12,16 +12,24 @@ import errno
 import os
 from dataclasses import dataclass
 
-from ..errors import ZerolayerError
-from . import preflight
-from .host import Host, opened
-from .irq import IrqAffinity
-from .knobs import (CpuIdle, Governor, Knob, NicAttr, Sysctl, Unavailable, read_text,
-                    reason_for)
-from .profile import SYSCTL_NAME, Profile
-from .qdisc import RootQdisc
-from .report import Report, Row
-from .state import Store, default_dir
+from pyxdp.errors import ZerolayerError
+from pyxdp.tuning import preflight
+from pyxdp.tuning.host import Host, opened
+from pyxdp.tuning.irq import IrqAffinity
+from pyxdp.tuning.knobs import (
+    CpuIdle,
+    Governor,
+    Knob,
+    NicAttr,
+    Sysctl,
+    Unavailable,
+    read_text,
+    reason_for,
+)
+from pyxdp.tuning.profile import SYSCTL_NAME, Profile
+from pyxdp.tuning.qdisc import RootQdisc
+from pyxdp.tuning.report import Report, Row
+from pyxdp.tuning.state import Store, default_dir
 
 KNOB_CLASSES = {
     cls.kind: cls for cls in (Sysctl, NicAttr, RootQdisc, IrqAffinity, Governor, CpuIdle)

@@ -14,9 +14,9 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from .. import netns
-from ..errors import ZerolayerError
-from . import netns_sysfs
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import netns
+from pyxdp.tuning import netns_sysfs
 
 
 @dataclass

@@ -11,7 +11,7 @@ import errno
 import glob
 import os
 
-from .knobs import FilesKnob, Unavailable, read_text, spread
+from pyxdp.tuning.knobs import FilesKnob, Unavailable, read_text, spread
 
 
 def parse_cpulist(text: str) -> set[int]:

@@ -10,7 +10,7 @@ import errno
 import glob
 import os
 
-from .host import Host
+from pyxdp.tuning.host import Host
 
 
 class Unavailable(Exception):

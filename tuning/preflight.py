@@ -10,8 +10,8 @@ qdisc.kind_known), and never when asking would make the kernel load a module.
 import os
 from dataclasses import dataclass, field
 
-from .host import Host
-from .qdisc import kind_known
+from pyxdp.tuning.host import Host
+from pyxdp.tuning.qdisc import kind_known
 
 
 @dataclass

@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 
-from ..errors import ZerolayerError
+from pyxdp.errors import ZerolayerError
 
 SCOPES = ("netns", "global")
 

@@ -31,8 +31,8 @@ import errno
 import os
 import threading
 
-from ..netns import CLONE_NEWNET
-from .knobs import Knob, Unavailable, collapse, require_qdisc
+from pyxdp.kernel.netns import CLONE_NEWNET
+from pyxdp.tuning.knobs import Knob, Unavailable, collapse, require_qdisc
 
 TC_H_ROOT = 0xFFFFFFFF
 _libc = ctypes.CDLL(None, use_errno=True)

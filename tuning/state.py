@@ -22,8 +22,8 @@ import glob
 import json
 import os
 
-from ..errors import ZerolayerError
-from .host import Host
+from pyxdp.errors import ZerolayerError
+from pyxdp.tuning.host import Host
 
 DEFAULT_DIR = "/run/zerolayer/tune"
 VERSION = 1

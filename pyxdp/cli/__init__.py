@@ -11,8 +11,8 @@ import sys
 
 import click
 
-from .. import __version__
-from ..errors import ZerolayerError
+from pyxdp import __version__
+from pyxdp.errors import ZerolayerError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,8 +22,15 @@ def cli():
 
 
 def _register() -> None:
-    from . import (bench_commands, demo_commands, listen_commands, observe_commands,
-                   relay_commands, tune_commands, xdp_commands)
+    from pyxdp.cli import (
+        bench_commands,
+        demo_commands,
+        listen_commands,
+        observe_commands,
+        relay_commands,
+        tune_commands,
+        xdp_commands,
+    )
 
     for module in (xdp_commands, tune_commands, demo_commands, listen_commands, bench_commands,
                    observe_commands, relay_commands):

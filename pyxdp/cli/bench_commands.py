@@ -5,9 +5,10 @@ import os
 
 import click
 
-from ..privileges import preflight
-from .render import emit_json, number, table
-from .xdp_commands import json_option, netns_option
+from pyxdp.cli.options import json_option, netns_option
+from pyxdp.cli.render import emit_json, table
+from pyxdp.human import number
+from pyxdp.kernel.privileges import preflight
 
 
 def _check_writable(path: str) -> None:
@@ -17,25 +18,25 @@ def _check_writable(path: str) -> None:
 
 
 @click.command()
-@json_option
+@json_option()
 @click.option("--plot", "plot_path", metavar="FILE.png", default=None,
               help="Also draw the results, side by side, into a PNG.")
 @click.option("--quick", is_flag=True,
               help="Fewer, shorter rounds: every figure, none worth quoting (for CI).")
 def bench(as_json, plot_path, quick):
     """Measure zerolayer against its floors, side by side, on a veth lab."""
-    from .. import bench as bench_mod
+    from pyxdp.bench import runner as bench_mod
 
     preflight("zerolayer bench")
     if plot_path:
-        from ..bench_plot import require_matplotlib
+        from pyxdp.bench.plot import require_matplotlib
 
         _check_writable(plot_path)
         require_matplotlib()  # before minutes of measuring, not after
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
     report = bench_mod.run(quick=quick, progress=say)
     if plot_path:
-        from ..bench_plot import write
+        from pyxdp.bench.plot import write
 
         write(report, plot_path)
         report["plot"] = plot_path
@@ -101,7 +102,7 @@ def _render(r: dict) -> str:
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
 @click.option("--iface", metavar="IFACE", default=None,
               help="Send out of IFACE. Without it, replay into a lab built for the run.")
-@netns_option
+@netns_option()
 @click.option("--speed", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True, help="Speed-up factor on the recorded cadence.")
 @click.option("--topspeed", is_flag=True, help="Ignore the cadence: send as fast as possible.")
@@ -113,14 +114,14 @@ def _render(r: dict) -> str:
               help="With --iface, a transcript's destination (one IPv4, one IPv6).")
 @click.option("--dst-mac", metavar="MAC", default=None,
               help="With --iface, the destination MAC (default: the neighbour entry).")
-@json_option
+@json_option()
 def replay(source, iface, netns, speed, topspeed, streams, port, destinations, dst_mac, as_json):
     """Replay a pcap or a JSONL transcript of token streams, with its cadence.
 
     SOURCE is a capture (pcap/pcapng of Ethernet frames, sent byte for byte)
     or a transcript: one JSON object per line, a request and its tokens with
     timestamps (see examples/transcript.jsonl)."""
-    from .. import replay as replay_mod
+    from pyxdp.lab import replay as replay_mod
 
     if not iface and (netns or destinations or dst_mac):
         raise click.UsageError("--netns, --dst and --dst-mac go with --iface")

@@ -2,8 +2,8 @@
 
 import click
 
-from .bench_commands import judged_table
-from .render import table
+from pyxdp.cli.bench_commands import judged_table
+from pyxdp.cli.render import table
 
 
 @click.command()
@@ -11,8 +11,8 @@ from .render import table
               help="Concurrent token streams to replay.")
 def demo(streams):
     """Attach to a veth lab, replay token streams, show what XDP counted."""
-    from .. import demo as demo_mod
-    from ..privileges import preflight
+    from pyxdp.kernel.privileges import preflight
+    from pyxdp.lab import demo as demo_mod
 
     preflight("zerolayer demo")
     report = demo_mod.run(streams=streams, progress=click.echo)

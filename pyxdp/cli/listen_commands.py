@@ -5,8 +5,8 @@ import sys
 
 import click
 
-from .render import emit_json
-from .xdp_commands import json_option, netns_option
+from pyxdp.cli.options import json_option, netns_option
+from pyxdp.cli.render import emit_json
 
 
 @click.command()
@@ -17,15 +17,15 @@ from .xdp_commands import json_option, netns_option
               help="Stop after N frames.")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None, metavar="S",
               help="Stop after S seconds.")
-@netns_option
-@json_option
+@netns_option()
+@json_option()
 def listen(iface, queues, count, timeout, netns, as_json):
     """Print the token frames zerolayer redirects on IFACE to AF_XDP sockets.
 
     Ctrl-C (or SIGTERM) stops it; the sockets are unregistered on the way out
     and valid datagrams fall back to the kernel again."""
-    from .. import listen as listen_mod
-    from ..privileges import preflight
+    from pyxdp.kernel.privileges import preflight
+    from pyxdp.xsk import listen as listen_mod
 
     preflight("zerolayer listen")
     frames = datagrams = 0

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from ..privileges import preflight
+from pyxdp.kernel.privileges import preflight
 
 
 @click.command()
@@ -16,7 +16,7 @@ from ..privileges import preflight
               help="Print the metrics once and exit (e.g. for node_exporter's textfile collector).")
 def exporter(listen, once):
     """Serve Prometheus metrics for every interface zerolayer is attached to."""
-    from .. import exporter as exporter_mod
+    from pyxdp.observe import exporter as exporter_mod
 
     preflight("zerolayer exporter")
     log = lambda line: click.echo(f"zerolayer exporter: {line}", err=True)  # noqa: E731
@@ -35,8 +35,8 @@ def top(interval, flows_shown):
     """A live view of every attached interface: rates, top flows, token gaps.
 
     q or Ctrl-C quits."""
-    from .. import top as top_mod
-    from ..errors import ZerolayerError
+    from pyxdp.errors import ZerolayerError
+    from pyxdp.observe import top as top_mod
 
     preflight("zerolayer top")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):

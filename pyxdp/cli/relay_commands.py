@@ -5,18 +5,15 @@ import time
 
 import click
 
-from ..signals import stop_on_signals
-from .render import counters_table, emit_json, number, table
-
-netns_option = click.option(
-    "--netns", metavar="NS", default=None,
-    help="Open the sockets in named network namespace NS (see `ip netns list`).",
-)
+from pyxdp.cli.options import SOCKETS_NETNS, json_option, netns_option
+from pyxdp.cli.render import counters_table, emit_json, table
+from pyxdp.human import number
+from pyxdp.kernel.signals import stop_on_signals
 
 
 def _interval_line(stats: dict, before: dict | None, elapsed: float) -> str:
     """One line per --interval, as xdp-bench prints them."""
-    from ..relay_maps import BROKEN
+    from pyxdp.relay.schema import BROKEN
 
     frames_total = sum(stats["counters"]["frames"].values())
     rate = ""
@@ -50,7 +47,7 @@ def _interval_line(stats: dict, before: dict | None, elapsed: float) -> str:
               help="Print stats every S seconds.")
 @click.option("--json-stats", "as_json", is_flag=True,
               help="Print stats as JSON lines (every --interval, and at exit).")
-@netns_option
+@netns_option(SOCKETS_NETNS)
 def relay(listen_addr, upstream, engine, max_length, max_pairs, drain_timeout, max_backlog,
           interval, as_json, netns):
     """Relay token frames between clients and an upstream, whole frames only.
@@ -60,12 +57,13 @@ def relay(listen_addr, upstream, engine, max_length, max_pairs, drain_timeout, m
     both byte streams into frames and a verdict program redirects each one to
     the other socket. A stream that breaks (unknown type, oversize length,
     EOF inside a frame) is reset and counted. Ctrl-C or SIGTERM stops it."""
-    from .. import frames, netns as netns_mod
+    from pyxdp.kernel import netns as netns_mod
+    from pyxdp.proto import frames
 
     max_length = frames.DEFAULT_MAX_LENGTH if max_length is None else max_length
     with netns_mod.entered(netns), stop_on_signals() as stop:
         if engine == "sockmap":
-            from ..relay import DEFAULT_MAX_BACKLOG, Relay, serve_in_thread
+            from pyxdp.relay.sockmap_relay import DEFAULT_MAX_BACKLOG, Relay, serve_in_thread
 
             server = Relay(listen_addr, upstream, max_length=max_length, max_pairs=max_pairs,
                            drain_timeout=drain_timeout,
@@ -73,7 +71,7 @@ def relay(listen_addr, upstream, engine, max_length, max_pairs, drain_timeout, m
             thread = serve_in_thread(server)
             where = "in the kernel (sockmap + stream parser)"
         else:
-            from ..relay_asyncio import AsyncioRelay
+            from pyxdp.relay.asyncio_relay import AsyncioRelay
 
             server = AsyncioRelay(listen_addr, upstream, max_length=max_length).start()
             thread = None
@@ -110,16 +108,16 @@ def relay(listen_addr, upstream, engine, max_length, max_pairs, drain_timeout, m
               help="Where to serve (port 0 picks one).")
 @click.option("--token-delay", type=click.FloatRange(0), default=0.0, show_default=True,
               metavar="MS", help="Pause between tokens, as a model would.")
-@click.option("--json", "as_json", is_flag=True, help="Print the final stats as JSON.")
-@netns_option
+@json_option("Print the final stats as JSON.")
+@netns_option(SOCKETS_NETNS)
 def serve(listen_addr, token_delay, as_json, netns):
     """A test token server: PING -> PONG, REQUEST -> TOKENs -> DONE.
 
     The answer echoes the request's prompt a word per TOKEN (cycled up to
     its max_tokens). A peer that breaks the stream is reset. Ctrl-C or
     SIGTERM stops it."""
-    from .. import netns as netns_mod
-    from ..relay_tokens import TokenServer
+    from pyxdp.kernel import netns as netns_mod
+    from pyxdp.relay.tokens import TokenServer
 
     with netns_mod.entered(netns), stop_on_signals() as stop:
         server = TokenServer(listen_addr, token_delay=token_delay / 1000).start()
@@ -144,15 +142,14 @@ def serve(listen_addr, token_delay, as_json, netns):
 @click.option("--ping", is_flag=True, help="Send a PING first (its PONG is shown too).")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=10.0,
               show_default=True, metavar="S", help="Give up when nothing comes for S seconds.")
-@click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per frame received, then a summary object.")
-@netns_option
+@json_option("One JSON object per frame received, then a summary object.")
+@netns_option(SOCKETS_NETNS)
 def send(address, prompt, max_tokens, ping, timeout, as_json, netns):
     """Send one REQUEST to ADDR:PORT (a token server, or a relay in front of
     one) and print the TOKENs as they arrive, up to DONE."""
-    from .. import netns as netns_mod
-    from ..frames import FrameType
-    from ..relay_tokens import send as send_request
+    from pyxdp.kernel import netns as netns_mod
+    from pyxdp.proto.frames import FrameType
+    from pyxdp.relay.tokens import send as send_request
 
     t0 = time.monotonic()
 

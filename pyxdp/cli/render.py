@@ -4,6 +4,8 @@ import json
 
 import click
 
+from pyxdp.human import number
+
 
 def emit_json(obj) -> None:
     click.echo(json.dumps(obj, sort_keys=False))
@@ -15,10 +17,6 @@ def table(headers: list[str], rows: list[list]) -> str:
               for i, h in enumerate(headers)]
     line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     return "\n".join([line(headers), *(line(r) for r in cells)])
-
-
-def number(n: float) -> str:
-    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
 
 
 def counters_table(nested: dict, rates: dict | None = None) -> str:

@@ -2,8 +2,9 @@
 
 import click
 
-from ..errors import ZerolayerError
-from .render import emit_json, table
+from pyxdp.cli.options import json_option
+from pyxdp.cli.render import emit_json, table
+from pyxdp.errors import ZerolayerError
 
 
 def _emit(payload, text: str, as_json: bool) -> None:
@@ -71,7 +72,7 @@ def _preflight_line(facts: dict) -> str:
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--strict", is_flag=True,
               help="Stop at the first knob this host lacks, instead of skipping it.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option()
 @click.option("--root", metavar="DIR", type=click.Path(file_okay=False),
               help="Use DIR/proc and DIR/sys instead of the kernel's (a copy, for tests).")
 @click.option("--state-dir", metavar="DIR", type=click.Path(file_okay=False),
@@ -97,7 +98,7 @@ def tune(profile_name, revert, verify, list_profiles, netns, interfaces, dry_run
             if given:
                 raise click.UsageError(f"{flag} goes with --profile")
 
-    from ..tuning import engine, profile
+    from pyxdp.tuning import engine, profile
 
     if list_profiles:
         loaded = [profile.load(name) for name in profile.shipped()]

@@ -2,18 +2,9 @@
 
 import click
 
-from .render import counters_table, emit_json, number, table
-
-netns_option = click.option(
-    "--netns", metavar="NS", default=None,
-    help="The interface is in named network namespace NS (see `ip netns list`).",
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-flows_option = click.option(
-    "--flows", type=click.Choice(["on", "off"]), default=None,
-    help="Per-flow token cadence tracking (off by default: it costs a clock read and a "
-         "hash update per token datagram).",
-)
+from pyxdp.cli.options import flows_option, json_option, netns_option
+from pyxdp.cli.render import counters_table, emit_json, table
+from pyxdp.human import number
 
 
 def _on(value: str | None) -> bool | None:
@@ -30,11 +21,11 @@ def _on(value: str | None) -> bool | None:
               help="What to do with malformed datagrams (default drop).")
 @flows_option
 @click.option("--replace", is_flag=True, help="Replace an XDP program another tool attached.")
-@netns_option
-@json_option
+@netns_option()
+@json_option()
 def attach(iface, mode, ports, on_malformed, flows, replace, netns, as_json):
     """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
-    from .. import loader
+    from pyxdp.xdp import loader
 
     result = loader.attach(iface, mode=mode, ports=list(ports) or None,
                            on_malformed=on_malformed, flows=_on(flows), replace=replace,
@@ -53,11 +44,11 @@ def attach(iface, mode, ports, on_malformed, flows, replace, netns, as_json):
 
 @click.command()
 @click.argument("iface")
-@netns_option
-@json_option
+@netns_option()
+@json_option()
 def detach(iface, netns, as_json):
     """Remove zerolayer's program from IFACE and unpin its maps."""
-    from .. import loader
+    from pyxdp.xdp import loader
 
     result = loader.detach(iface, netns=netns)
     if as_json:
@@ -71,13 +62,13 @@ def detach(iface, netns, as_json):
 
 @click.command()
 @click.argument("iface", required=False)
-@netns_option
-@json_option
+@netns_option()
+@json_option()
 def status(iface, netns, as_json):
     """Show the XDP program of every interface (or IFACE), and who owns it."""
-    from .. import attachment
+    from pyxdp.xdp import ownership
 
-    rows = attachment.status(iface, netns)
+    rows = ownership.status(iface, netns)
     if as_json:
         emit_json({"interfaces": rows})
         return
@@ -100,11 +91,11 @@ def status(iface, netns, as_json):
               help="Show per-flow token rates and gap percentiles (most tokens first).")
 @click.option("--top", type=click.IntRange(min=1), metavar="N", default=None,
               help="With --flows: only the N flows with the most tokens.")
-@netns_option
-@json_option
+@netns_option()
+@json_option()
 def stats(iface, watch, show_flows, top, netns, as_json):
     """Show the counters of zerolayer on IFACE, read from its pinned maps."""
-    from .. import stats as stats_mod
+    from pyxdp.xdp import stats as stats_mod
 
     if top is not None and not show_flows:
         raise click.UsageError("--top goes with --flows")
@@ -143,7 +134,7 @@ def stats(iface, watch, show_flows, top, netns, as_json):
 
 
 def _print_flows(iface, netns, top, as_json) -> None:
-    from .. import flows
+    from pyxdp.xdp import flows
 
     snap = flows.report(iface, netns, top)
     if as_json:
@@ -172,13 +163,13 @@ def _print_flows(iface, netns, top, as_json) -> None:
               help="Make the token port set exactly these (repeat).")
 @click.option("--on-malformed", type=click.Choice(["drop", "pass"]), default=None)
 @flows_option
-@netns_option
-@json_option
+@netns_option()
+@json_option()
 def config(iface, ports, on_malformed, flows, netns, as_json):
     """Show or change the running configuration of IFACE, without reloading."""
-    from .. import runtime_config
+    from pyxdp.xdp import live_config
 
-    cfg = runtime_config.update(iface, netns, ports=list(ports) or None,
+    cfg = live_config.update(iface, netns, ports=list(ports) or None,
                                 on_malformed=on_malformed, flows=_on(flows))
     if as_json:
         emit_json(cfg)

@@ -1,0 +1,1 @@
+"""`zerolayer bench`: every performance figure zerolayer quotes, each against its floor, side by side in one run."""

@@ -1,0 +1,82 @@
+"""Parser cost: ns per datagram of zerolayer's program against a program
+that only returns XDP_PASS, both through BPF_PROG_TEST_RUN on the same packet.
+
+How it is timed, and why:
+- The kernel's own `duration` is a whole number of ns per run: too coarse
+  for programs that cost a few ns to a few tens of ns.
+- Each BPF_PROG_TEST_RUN call with more than one repetition also swaps the
+  XDP dispatcher and waits for RCU, tens of ms of wall time that vary from
+  call to call. Subtracting it as a constant would put its noise into the
+  result.
+- So each figure is the least-squares slope of the calling thread's CPU
+  time against the repetition count, over several counts (1M..4M). The
+  slope cancels the fixed per-call work; CPU time leaves out the RCU wait
+  (the thread sleeps through it) and any time another process held the CPU.
+- The thread is pinned to one CPU for the whole measurement, and the two
+  programs alternate within each round, so both see the same machine.
+"""
+
+import contextlib
+import os
+import statistics
+import time
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
+from pyxdp.lab import generator, traffic
+
+FRAME_COUNTS = (1, 4, 16)
+TOKEN_PAYLOAD = 16  # bytes per TOKEN frame: a token or two of text
+REPEATS = (1_000_000, 2_000_000, 3_000_000, 4_000_000)
+QUICK_REPEATS = (100_000, 200_000, 300_000, 400_000)
+
+
+def packet(route, frames_per_datagram: int) -> bytes:
+    """An IPv4 token datagram with FRAMES_PER_DATAGRAM 16-byte TOKEN frames."""
+    payload = generator.token_payload(frames_per_datagram, TOKEN_PAYLOAD)
+    return bytes(traffic.udp_packet(route, payload, sport=40000))
+
+
+def ns_per_run(prog_fd: int, data: bytes, repeats) -> float:
+    """The slope of thread CPU time over REPEATS repetitions: ns per run."""
+    spent = []
+    for n in repeats:
+        t0 = time.thread_time_ns()
+        bpfsys.prog_test_run(prog_fd, data, repeat=n, out_size=0)
+        spent.append(time.thread_time_ns() - t0)
+    return statistics.linear_regression(repeats, spent).slope
+
+
+@contextlib.contextmanager
+def pinned_to_one_cpu():
+    """Run the block on one CPU (the highest this thread may use)."""
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield cpu
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def measure(token_program, pass_program, route, *, rounds: int, repeats=REPEATS) -> dict:
+    """Per frame count: per-round lists of parser_ns, pass_floor_ns and their
+    ratio, plus the CPU the runs were pinned to."""
+    packets = {n: packet(route, n) for n in FRAME_COUNTS}
+    for n, data in packets.items():
+        outcome = token_program.run(data)
+        if outcome.counters["token_datagrams"] != 1 or outcome.counters["frames.token"] != n:
+            raise ZerolayerError(f"the {n}-frame benchmark packet is not judged a token datagram")
+    results = {n: {"parser_ns": [], "pass_floor_ns": [], "ratio": []} for n in FRAME_COUNTS}
+    with pinned_to_one_cpu() as cpu:
+        for r in range(rounds):
+            for n, data in packets.items():
+                order = [token_program, pass_program]
+                if r % 2:
+                    order.reverse()  # neither program always goes first
+                timed = {id(p): ns_per_run(p.prog_fd, data, repeats) for p in order}
+                parser, floor = timed[id(token_program)], timed[id(pass_program)]
+                results[n]["parser_ns"].append(parser)
+                results[n]["pass_floor_ns"].append(floor)
+                results[n]["ratio"].append(parser / floor)
+    return {"cpu": cpu, "by_frames": results}

@@ -1,0 +1,36 @@
+"""The BPF filesystem, where pinned objects outlive the process that made them."""
+
+import os
+
+from pyxdp.errors import ZerolayerError
+
+BPFFS = "/sys/fs/bpf"
+
+
+def require_bpffs() -> None:
+    fstype = None
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            _, mountpoint, kind, *_ = line.split()
+            if mountpoint == BPFFS:
+                fstype = kind  # the last mount on a path is the one in effect
+    if fstype == "bpf":
+        return
+    if _in_other_netns():
+        raise ZerolayerError(
+            f"bpffs is not visible on {BPFFS} here (`ip netns exec` mounts a fresh /sys): "
+            "run zerolayer from the host with --netns NS instead"
+        )
+    raise ZerolayerError(
+        f"bpffs is not mounted on {BPFFS}: run `mount -t bpf bpf {BPFFS}` "
+        "(vagrant/provision.sh does this)"
+    )
+
+
+def _in_other_netns() -> bool:
+    """True inside a network namespace other than the initial one (pid 2,
+    kthreadd, always lives in the initial one)."""
+    try:
+        return os.stat("/proc/self/ns/net").st_ino != os.stat("/proc/2/ns/net").st_ino
+    except OSError:
+        return False

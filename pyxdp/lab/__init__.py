@@ -1,0 +1,1 @@
+"""Labs of namespaces and veth pairs, token traffic, the line-rate generator, replay and the demo."""

@@ -1,0 +1,261 @@
+"""A line-rate packet generator: BPF_PROG_TEST_RUN with
+BPF_F_TEST_XDP_LIVE_FRAMES runs bpf/xdp_tx.c over template packets and
+transmits every frame on a real interface, without a socket or an skb on the
+way out. Run in the lab's peer namespace, it feeds dut0 faster than any
+Python sender could.
+
+A Mix is the traffic: up to 16 templates and a schedule saying which one
+goes out at each position, cycled. The schedule interleaves the templates
+evenly, so a 1% share of malformed datagrams arrives spread out, not in one
+burst, and Mix.counts(n) says exactly how many of each the first N frames
+hold. Asked for N frames the generator transmits exactly N (one per
+repetition); whether they all arrive is the receiver's business, and what
+the counters are for.
+
+Pacing is by chunks: each BPF_PROG_TEST_RUN call with more than one
+repetition costs tens of ms of setup in the kernel (it swaps the XDP
+dispatcher and waits for RCU), so a target rate is met by sending chunks of
+a tenth of a second's worth at full speed and sleeping between them.
+GeneratorRun reports the rate actually achieved.
+"""
+
+import struct
+import time
+from dataclasses import dataclass
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys, netns
+from pyxdp.lab import traffic
+from pyxdp.proto import counters, frames, judge
+from pyxdp.proto.ethernet import LINK_L2_OVERHEAD
+from pyxdp.xdp import compiler, netlink
+
+GENERATOR_PROGRAM = ("xdp_tx.c", "xdp_tx_gen")
+GENERATOR_MAPS = {"templates": "zl_gen_templates", "schedule": "zl_gen_schedule",
+                  "state": "zl_gen_state"}
+# Mirrors of bpf/xdp_tx.c
+MAX_TEMPLATE_LEN = 1536
+MAX_TEMPLATES = 16
+MAX_SLOTS = 4096
+TEMPLATE = struct.Struct(f"=I{MAX_TEMPLATE_LEN}s")
+STATE = struct.Struct("=IIQ")  # slots, next, errors
+INDEX = struct.Struct("=I")
+
+# struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
+XDP_MD = struct.Struct("=IIIIII")
+# The kernel's limit on frames per batch (it allocates a page each).
+MAX_BATCH = 256
+# A paced run sends a tenth of a second's worth per call; a flat-out run
+# sends big chunks so the per-call setup stays small against the work.
+PACE_INTERVAL_S = 0.1
+FLAT_OUT_CHUNK = 1 << 22
+MIX_SLOTS = 1000  # mixes given as shares resolve to 0.1%
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Templates and the schedule that interleaves them (indexes, cycled)."""
+
+    templates: tuple[bytes, ...]
+    schedule: tuple[int, ...]
+
+    def __post_init__(self):
+        if not 1 <= len(self.templates) <= MAX_TEMPLATES:
+            raise ZerolayerError(
+                f"a mix holds 1-{MAX_TEMPLATES} templates, not {len(self.templates)}")
+        if not 1 <= len(self.schedule) <= MAX_SLOTS:
+            raise ZerolayerError(f"a schedule holds 1-{MAX_SLOTS} slots")
+        if set(self.schedule) != set(range(len(self.templates))):
+            raise ZerolayerError("every template of a mix must be scheduled, and nothing else")
+        for t in self.templates:
+            if not 14 <= len(t) <= MAX_TEMPLATE_LEN:
+                raise ZerolayerError(
+                    f"a {len(t)}-byte template: the generator sends 14-{MAX_TEMPLATE_LEN} bytes"
+                )
+
+    @classmethod
+    def single(cls, packet: bytes) -> "Mix":
+        return cls((bytes(packet),), (0,))
+
+    @classmethod
+    def weighted(cls, weighted_templates) -> "Mix":
+        """[(packet, weight)] with integer weights: the schedule is one cycle
+        of sum(weights) slots, each template spread evenly over it (smooth
+        weighted round robin)."""
+        templates = tuple(bytes(p) for p, _ in weighted_templates)
+        weights = [int(w) for _, w in weighted_templates]
+        if any(w < 1 for w in weights) or sum(weights) > MAX_SLOTS:
+            raise ZerolayerError(
+                f"weights must be positive integers summing to at most {MAX_SLOTS}")
+        if len(templates) == 1:
+            return cls.single(templates[0])
+        total, current, schedule = sum(weights), [0] * len(weights), []
+        for _ in range(total):
+            for i, w in enumerate(weights):
+                current[i] += w
+            pick = max(range(len(weights)), key=lambda i: current[i])
+            current[pick] -= total
+            schedule.append(pick)
+        return cls(templates, tuple(schedule))
+
+    def counts(self, n: int) -> list[int]:
+        """How many of each template the first N frames hold."""
+        cycles, rest = divmod(n, len(self.schedule))
+        out = [0] * len(self.templates)
+        for pos, index in enumerate(self.schedule):
+            out[index] += cycles + (1 if pos < rest else 0)
+        return out
+
+    def expected_counters(self, n: int, ports=(frames.DEFAULT_PORT,),
+                          on_malformed: str = "drop") -> dict[str, int]:
+        """What zerolayer's counters must read after N frames of this mix."""
+        total = counters.zero()
+        for template, times in zip(self.templates, self.counts(n)):
+            delta = judge.expected(template, set(ports), on_malformed).counters
+            for key, value in delta.items():
+                total[key] += value * times
+        return total
+
+
+def token_payload(frames_per_datagram: int, payload_size: int) -> bytes:
+    """A token datagram: FRAMES_PER_DATAGRAM TOKEN frames of PAYLOAD_SIZE bytes."""
+    text = (b"tok " * (payload_size // 4 + 1))[:payload_size]
+    return frames.encode(frames.FrameType.TOKEN, text) * frames_per_datagram
+
+
+def token_mix(route, *, frames_per_datagram: int = 4, payload_sizes=(16,),
+              port: int = frames.DEFAULT_PORT, malformed: float = 0.0, other: float = 0.0,
+              sport: int = 40000) -> Mix:
+    """Token datagrams from ROUTE's peer to its dut (a Lab, or anything with
+    .peer and .dut endpoints), one template per payload size; MALFORMED of
+    them (a share, 0-1) cycle through the four malformed reasons, and OTHER
+    are UDP datagrams to a port that is not a token port."""
+    if not 1 <= frames_per_datagram <= frames.MAX_FRAMES:
+        raise ZerolayerError(f"frames per datagram must be 1-{frames.MAX_FRAMES}")
+    sizes = sorted(set(payload_sizes))
+    if not sizes or sizes[0] < 0:
+        raise ZerolayerError("payload sizes must be zero or more bytes")
+    if malformed < 0 or other < 0 or malformed + other >= 1:
+        raise ZerolayerError(
+            "the malformed and other shares must be >= 0 and leave room for tokens")
+    tokens = 1 - malformed - other
+    # (UDP payload, destination port, share)
+    parts = [(token_payload(frames_per_datagram, s), port, tokens / len(sizes)) for s in sizes]
+    if malformed:
+        bad = traffic.malformed_payloads().values()
+        parts += [(p, port, malformed / len(bad)) for p in bad]
+    if other:
+        parts.append((b"not token traffic", 53 if port != 53 else 54, other))
+    weights = _apportion([share for _, _, share in parts], MIX_SLOTS)
+    return Mix.weighted([
+        (bytes(traffic.udp_packet(route, payload, sport=sport, dport=dport)), w)
+        for (payload, dport, _), w in zip(parts, weights)
+    ])
+
+
+def _apportion(shares: list[float], slots: int) -> list[int]:
+    """Integer slot counts proportional to SHARES (largest remainder); any
+    non-zero share gets at least one slot."""
+    total = sum(shares)
+    exact = [s / total * slots for s in shares]
+    out = [max(int(x), 1 if s else 0) for x, s in zip(exact, shares)]
+    by_remainder = sorted(range(len(shares)), key=lambda i: exact[i] - int(exact[i]), reverse=True)
+    for i in by_remainder[:max(0, slots - sum(out))]:
+        out[i] += 1
+    return out
+
+
+@dataclass(frozen=True)
+class GeneratorRun:
+    sent: int
+    elapsed_s: float
+    target_pps: float | None  # None: flat out
+    chunks: int
+
+    @property
+    def rate_pps(self) -> float:
+        """The rate achieved: frames over the wall time of the whole run."""
+        return self.sent / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_json(self) -> dict:
+        return {"sent": self.sent, "elapsed_s": round(self.elapsed_s, 6),
+                "target_pps": self.target_pps, "rate_pps": round(self.rate_pps, 1),
+                "chunks": self.chunks}
+
+
+class LiveGenerator:
+    """Transmit frames on IFNAME (inside NETNS)."""
+
+    def __init__(self, ifname: str, netns_name: str | None = None):
+        self.ifname = ifname
+        self.netns = netns_name
+        state = netlink.query(ifname, netns_name)
+        self.ifindex = state.ifindex
+        self.max_len = min(state.mtu + LINK_L2_OVERHEAD, MAX_TEMPLATE_LEN)
+        self._loaded = compiler.load(*GENERATOR_PROGRAM, maps=GENERATOR_MAPS)
+        self._maps = self._loaded.map_fds
+        self._mix: Mix | None = None
+
+    def send(self, packet: bytes, count: int, batch_size: int = 64) -> int:
+        """Transmit COUNT copies of PACKET as fast as possible; returns COUNT."""
+        return self.run(Mix.single(packet), count, batch_size=batch_size).sent
+
+    def run(self, mix: Mix, count: int, *, rate: float | None = None,
+            batch_size: int = 64) -> GeneratorRun:
+        """Transmit COUNT frames of MIX, from the start of its schedule, at
+        RATE frames/s (paced by chunks) or flat out."""
+        if count < 0:
+            raise ZerolayerError("the frame count must be zero or more")
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise ZerolayerError(f"batch size must be 1-{MAX_BATCH}")
+        if rate is not None and rate <= 0:
+            raise ZerolayerError("the target rate must be positive")
+        self._load_mix(mix)
+        chunk = max(1, int(rate * PACE_INTERVAL_S)) if rate else FLAT_OUT_CHUNK
+        frame = max(mix.templates, key=len)
+        ctx = XDP_MD.pack(0, len(frame), 0, self.ifindex, 0, 0)
+        sent, chunks, start = 0, 0, time.monotonic()
+        while sent < count:
+            if rate:
+                wait = start + sent / rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+            n = min(chunk, count - sent)
+            # test_run resolves ingress_ifindex in the calling thread's netns.
+            with netns.entered(self.netns):
+                bpfsys.prog_test_run(
+                    self._loaded.prog_fd, frame, repeat=n, ctx=ctx,
+                    flags=bpfsys.BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=batch_size, out_size=0,
+                )
+            sent += n
+            chunks += 1
+        elapsed = time.monotonic() - start
+        errors = self._state()[2]
+        if errors:
+            raise ZerolayerError(
+                f"the generator program failed to build {errors} of {count} frames")
+        return GeneratorRun(sent, elapsed, rate, chunks)
+
+    def _state(self) -> tuple[int, int, int]:
+        raw = bpfsys.map_lookup(self._maps["state"], INDEX.pack(0), STATE.size)
+        return STATE.unpack(raw)
+
+    def _load_mix(self, mix: Mix) -> None:
+        """Write MIX into the program's maps (templates only when they
+        changed) and rewind its schedule."""
+        for t in mix.templates:
+            if len(t) > self.max_len:
+                raise ZerolayerError(
+                    f"a {len(t)}-byte frame does not fit {self.ifname}'s MTU "
+                    f"({self.max_len - LINK_L2_OVERHEAD})"
+                )
+        if mix != self._mix:
+            if len(mix.templates) > 1:
+                for i, t in enumerate(mix.templates):
+                    bpfsys.map_update(self._maps["templates"], INDEX.pack(i),
+                                      TEMPLATE.pack(len(t), t))
+                for pos, index in enumerate(mix.schedule):
+                    bpfsys.map_update(self._maps["schedule"], INDEX.pack(pos), INDEX.pack(index))
+            self._mix = mix
+        slots = len(mix.schedule) if len(mix.templates) > 1 else 0
+        bpfsys.map_update(self._maps["state"], INDEX.pack(0), STATE.pack(slots, 0, 0))

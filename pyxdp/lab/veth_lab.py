@@ -1,0 +1,151 @@
+"""A lab of two network namespaces joined by a veth pair.
+
+    [netns <tag>-peer]  peer0 ==== dut0  [netns <tag>-dut]
+      198.18.0.2, fd00:7a1::2         198.18.0.1, fd00:7a1::1
+
+zerolayer attaches to dut0; traffic comes from the peer. Addresses are from
+the benchmarking range (RFC 2544) and exist only inside these namespaces.
+The peer's own stack is silent, so every packet dut0 sees was sent on
+purpose and counters can be compared exactly: neighbours are static (no ARP,
+no neighbour discovery) and IPv6 is off in the peer namespace (no MLD
+reports). IPv6 traffic from the peer is crafted at layer 2.
+Names carry the creating pid and a random tag, so runs never collide, and
+leftovers of a killed run can be told from a live one and swept.
+"""
+
+import contextlib
+import os
+import re
+import secrets
+from dataclasses import dataclass
+
+from pyxdp.kernel import netns
+from pyxdp.xdp import pins
+
+PREFIX = "zl-"
+_NAME = re.compile(r"^zl-(\d+)-[0-9a-f]{6}-[a-z0-9]+$")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    netns: str
+    ifname: str
+    mac: str
+    ipv4: str
+    ipv6: str
+
+
+def _write_sysctl(key: str, value: str) -> None:
+    """Write /proc/sys/KEY as seen from this thread's network namespace."""
+    with open(f"/proc/sys/{key}", "w") as f:
+        f.write(value)
+
+
+def _new_tag() -> str:
+    return f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def unique_netns_name(role: str) -> str:
+    """A namespace name for this run (ROLE: lowercase letters and digits),
+    which sweep_stale() removes once this process is gone."""
+    return f"{_new_tag()}-{role}"
+
+
+class Lab:
+    """Use as a context manager: the namespaces, the veth pair and any pins
+    under the dut namespace are removed on exit, whatever happened."""
+
+    DUT_MAC = "02:7a:00:00:00:01"
+    PEER_MAC = "02:7a:00:00:00:02"
+
+    def __init__(self, rx_queues: int | None = 1, mtu: int = 1500):
+        """RX_QUEUES: the queues each end allocates and runs; None leaves
+        it to the kernel, as `ip link add ... type veth` does (a queue per
+        possible CPU allocated, one running)."""
+        self.tag = _new_tag()
+        self.rx_queues = rx_queues
+        self.mtu = mtu
+        self.dut = Endpoint(f"{self.tag}-dut", "dut0", self.DUT_MAC, "198.18.0.1", "fd00:7a1::1")
+        self.peer = Endpoint(f"{self.tag}-peer", "peer0", self.PEER_MAC, "198.18.0.2", "fd00:7a1::2")
+
+    def __enter__(self) -> "Lab":
+        try:
+            self._build()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.teardown()
+
+    def _build(self) -> None:
+        from pyroute2 import IPRoute
+
+        netns.create(self.dut.netns)
+        netns.create(self.peer.netns)
+        with netns.entered(self.peer.netns):
+            for scope in ("all", "default"):
+                _write_sysctl(f"net/ipv6/conf/{scope}/disable_ipv6", "1")
+        peer_fd = os.open(netns.path(self.peer.netns), os.O_RDONLY)
+        try:
+            queues = {} if self.rx_queues is None else {
+                "num_rx_queues": self.rx_queues, "num_tx_queues": self.rx_queues}
+            with netns.entered(self.dut.netns), IPRoute() as ipr:
+                ipr.link(
+                    "add", ifname=self.dut.ifname, kind="veth", address=self.dut.mac,
+                    peer={"ifname": self.peer.ifname, "address": self.peer.mac,
+                          "net_ns_fd": peer_fd, **queues},
+                    **queues,
+                )
+        finally:
+            os.close(peer_fd)
+        for end in (self.dut, self.peer):
+            self._configure(end)
+
+    def _configure(self, end: Endpoint) -> None:
+        from pyroute2 import IPRoute
+
+        with netns.entered(end.netns), IPRoute() as ipr:
+            lo = ipr.link_lookup(ifname="lo")[0]
+            idx = ipr.link_lookup(ifname=end.ifname)[0]
+            ipr.link("set", index=lo, state="up")
+            ipr.link("set", index=idx, mtu=self.mtu)
+            ipr.addr("add", index=idx, address=end.ipv4, prefixlen=24)
+            other = self.peer if end is self.dut else self.dut
+            ipr.neigh("add", dst=other.ipv4, lladdr=other.mac, ifindex=idx, state="permanent")
+            if end is self.dut:
+                # nodad: usable at once, not after duplicate address detection
+                ipr.addr("add", index=idx, address=end.ipv6, prefixlen=64, flags=0x02)
+                ipr.neigh("add", dst=other.ipv6, lladdr=other.mac, ifindex=idx, state="permanent")
+            ipr.link("set", index=idx, state="up")
+
+    def teardown(self) -> None:
+        for end in (self.peer, self.dut):
+            netns.remove(end.netns)
+        pins.remove_netns_tree(self.dut.netns)
+
+    @contextlib.contextmanager
+    def in_peer(self):
+        with netns.entered(self.peer.netns):
+            yield
+
+    @contextlib.contextmanager
+    def in_dut(self):
+        with netns.entered(self.dut.netns):
+            yield
+
+
+def sweep_stale() -> list[str]:
+    """Remove lab namespaces (and their pins) whose creating process is gone."""
+    removed = []
+    names = set(os.listdir(netns.NETNS_RUN_DIR)) if os.path.isdir(netns.NETNS_RUN_DIR) else set()
+    names |= set(pins.pinned_netns())
+    for name in sorted(names):
+        m = _NAME.match(name)
+        if not m or os.path.exists(f"/proc/{m.group(1)}"):
+            continue
+        netns.remove(name)
+        pins.remove_netns_tree(name)
+        removed.append(name)
+    return removed

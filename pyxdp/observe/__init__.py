@@ -1,0 +1,1 @@
+"""Watching zerolayer run: the Prometheus exporter and `zerolayer top`."""

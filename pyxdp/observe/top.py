@@ -1,0 +1,138 @@
+"""`zerolayer top`: a live view of every attached interface, its rates, its
+busiest flows and its token gap histogram, refreshed like xdp-bench and htop.
+
+render() turns two reads of the pinned tree into lines of text; run() draws
+them with curses until q or Ctrl-C, and curses.wrapper puts the terminal
+back however it ends.
+"""
+
+import time
+
+from pyxdp.human import number
+from pyxdp.proto import counters
+from pyxdp.xdp import flows
+
+KEYS_HELP = "q quit  +/- interval"
+MIN_INTERVAL, MAX_INTERVAL = 0.25, 10.0
+BAR_WIDTH = 30
+
+
+def _rate(after: dict, before: dict | None, key: str, seconds: float) -> str:
+    if before is None or seconds <= 0:
+        return "-"
+    return number(round((after[key] - before[key]) / seconds, 1))
+
+
+def _flow_rows(o: flows.Observation, before: flows.Observation | None, seconds: float,
+               limit: int) -> list[str]:
+    rates = flows.interval_rates(before.flows, o.flows, seconds) if before else {}
+    ranked = sorted(o.flows, key=lambda f: (rates.get(f.key, 0.0), f.tokens), reverse=True)
+    rows = [f"  {'SRC':<44} {'DPORT':>5} {'TOKENS/S':>9} {'TOKENS':>9} "
+            f"{'GAP P50':>9} {'P90':>9} {'P99':>9} {'IDLE':>7}"]
+    for f in ranked[:limit]:
+        pct = flows.percentile_labels(f.gaps)
+        rate = number(round(rates[f.key], 1)) if f.key in rates else "-"
+        idle = (o.at_ns - f.last_ns) / 1e9
+        rows.append(f"  {f.src:<44} {f.dport:>5} {rate:>9} {number(f.tokens):>9} "
+                    f"{pct['p50']:>9} {pct['p90']:>9} {pct['p99']:>9} {idle:>6.1f}s")
+    if len(rows) == 1:
+        rows.append("  (no flows yet)" if o.flow_tracking else
+                    "  (flow tracking is off on this interface)")
+    return rows
+
+
+def _histogram_rows(hist: list[int]) -> list[str]:
+    """Bars for the non-empty span of buckets."""
+    used = [i for i, n in enumerate(hist) if n]
+    if not used:
+        return ["  (no gap samples yet)"]
+    peak = max(hist)
+    rows = []
+    for i in range(used[0], used[-1] + 1):
+        bar = "#" * (round(hist[i] / peak * BAR_WIDTH) if hist[i] else 0)
+        rows.append(f"  {flows.bucket_label(i):>9} {bar:<{BAR_WIDTH}} {number(hist[i])}")
+    return rows
+
+
+def _name(o: flows.Observation) -> str:
+    return f"{o.netns}/{o.interface}" if o.netns else o.interface
+
+
+def render(now: list[flows.Observation], before: dict, seconds: float, errors: list[str],
+           interval: float, flows_per_interface: int = 5) -> list[str]:
+    """The screen, as lines. BEFORE maps (netns, interface) to the previous
+    read, for rates; SECONDS is the time between the two reads."""
+    lines = [f"zerolayer top - {time.strftime('%H:%M:%S')} - "
+             f"{len(now)} interface{'s' if len(now) != 1 else ''} - every {interval:g}s - {KEYS_HELP}"]
+    if not now:
+        lines += ["", "no interface has zerolayer attached (see `zerolayer status`; "
+                      "attach with `zerolayer attach IFACE`)"]
+    lines += [""] + [f"{'INTERFACE':<32} {'MODE':<7} {'PKT/S':>9} {'TOKEN DGRAM/S':>13} "
+                     f"{'TOKENS/S':>9} {'MALFORMED/S':>11} {'REDIRECT/S':>10} {'FALLBACK/S':>10} {'FLOWS':>6}"]
+    previous = [before.get((o.netns, o.interface)) for o in now]
+    for o, prev in zip(now, previous):
+        b = prev.counters if prev else None
+        c = o.counters
+        name = _name(o)
+        malformed = "-" if b is None or seconds <= 0 else number(round(
+            sum(c[f"malformed.{r}"] - b[f"malformed.{r}"] for r in counters.REASONS) / seconds, 1))
+        lines.append(
+            f"{name[-32:]:<32} {(o.mode or 'stale'):<7} {_rate(c, b, 'packets', seconds):>9} "
+            f"{_rate(c, b, 'token_datagrams', seconds):>13} {_rate(c, b, 'frames.token', seconds):>9} "
+            f"{malformed:>11} {_rate(c, b, 'redirected', seconds):>10} "
+            f"{_rate(c, b, 'fallback_passed', seconds):>10} {len(o.flows):>6}")
+    for o, prev in zip(now, previous):
+        name = _name(o)
+        lines += ["", f"{name}: top flows by tokens/s"]
+        lines += _flow_rows(o, prev, seconds, flows_per_interface)
+        lines += ["", f"{name}: token gaps, all flows since attach"]
+        lines += _histogram_rows(o.gap_hist)
+    for err in errors:
+        lines += ["", f"skipped {err}"]
+    return lines
+
+
+def run(interval: float = 1.0, flows_per_interface: int = 5) -> None:
+    """Draw until q or Ctrl-C."""
+    import curses
+
+    def loop(screen):
+        nonlocal interval
+        curses.curs_set(0)
+        screen.timeout(100)
+        before: dict = {}
+        before_ns = None
+        while True:
+            now, errors = flows.observe_all()
+            at = time.monotonic_ns()
+            seconds = (at - before_ns) / 1e9 if before_ns else 0.0
+            _draw(screen, render(now, before, seconds, errors, interval, flows_per_interface))
+            before = {(o.netns, o.interface): o for o in now}
+            before_ns = at
+            deadline = time.monotonic() + interval
+            while time.monotonic() < deadline:
+                key = screen.getch()
+                if key in (ord("q"), ord("Q")):
+                    return
+                if key in (ord("+"), ord("-")):
+                    step = 2.0 if key == ord("+") else 0.5
+                    interval = min(MAX_INTERVAL, max(MIN_INTERVAL, interval * step))
+                    break
+
+    try:
+        curses.wrapper(loop)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is a way to quit; wrapper has restored the terminal
+
+
+def _draw(screen, lines: list[str]) -> None:
+    import curses
+
+    screen.erase()
+    height, width = screen.getmaxyx()
+    for y, line in enumerate(lines[:height]):
+        try:
+            screen.addnstr(y, 0, line, width - 1, curses.A_BOLD if y == 0 else 0)
+        except curses.error:
+            pass  # the last cell of a shrinking terminal
+    screen.refresh()

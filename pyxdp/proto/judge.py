@@ -1,0 +1,162 @@
+"""The reference judge: docs/spec.md §1 to §3 in plain Python.
+
+judge_datagram() decides a UDP payload; classify_packet() and expected()
+model the whole XDP program (bpf/zl_parse.h, bpf/zl_frames.h, xdp_token.c):
+which packets are ours, the verdict, and which counters move. The
+differential test holds the C program to this module on random and hostile
+input, so every rule here is stated once and on purpose.
+"""
+
+import struct
+from dataclasses import dataclass, field
+
+from pyxdp.proto import counters
+from pyxdp.proto.ethernet import ETH_P_IP, ETH_P_IPV6, MAX_VLAN_TAGS, VLAN_ETHERTYPES
+from pyxdp.proto.frames import FRAME_TYPES, HEADER, HEADER_LEN, MAX_FRAMES
+
+XDP_DROP = 1
+XDP_PASS = 2
+XDP_REDIRECT = 4
+
+SHORT_HEADER, TRUNCATED, UNKNOWN_TYPE, TOO_MANY_FRAMES = counters.REASONS
+
+
+@dataclass(frozen=True)
+class Judgement:
+    reason: str | None  # None: a token datagram
+    frames: tuple[int, ...] = (0,) * len(FRAME_TYPES)  # by type, request..pong
+    payload_bytes: int = 0
+
+    @property
+    def valid(self) -> bool:
+        return self.reason is None
+
+
+def judge_datagram(payload: bytes, max_frames: int = MAX_FRAMES) -> Judgement:
+    """Judge a UDP payload whole: every frame valid, or the first reason met.
+
+    Within one header the type is judged before the length (a stream receiver
+    can reject a type as soon as the header arrives). After MAX_FRAMES valid
+    frames, any byte left over makes the datagram too_many_frames.
+    """
+    end = len(payload)
+    if end == 0:
+        return Judgement(SHORT_HEADER)
+    frames = [0] * len(FRAME_TYPES)
+    total, off = 0, 0
+    for _ in range(max_frames):
+        remaining = end - off
+        if remaining < HEADER_LEN:
+            return Judgement(SHORT_HEADER)
+        length, ftype = HEADER.unpack_from(payload, off)
+        if not 1 <= ftype <= len(FRAME_TYPES):
+            return Judgement(UNKNOWN_TYPE)
+        if length > remaining - HEADER_LEN:
+            return Judgement(TRUNCATED)
+        frames[ftype - 1] += 1
+        total += length
+        off += HEADER_LEN + length
+        if off == end:
+            return Judgement(None, tuple(frames), total)
+    return Judgement(TOO_MANY_FRAMES)
+
+
+# --- the packet around the datagram ---------------------------------------------
+
+IPPROTO_UDP, IPPROTO_FRAGMENT = 17, 44
+
+OTHER, FRAGMENT, UDP = "other", "fragment", "udp"
+
+
+@dataclass(frozen=True)
+class Classified:
+    kind: str  # OTHER, FRAGMENT or UDP
+    dport: int = 0
+    payload: bytes = b""
+
+
+def classify_packet(pkt: bytes) -> Classified:
+    """Ethernet, up to two VLAN tags, IPv4 (options) or IPv6, then UDP."""
+    if len(pkt) < 14:
+        return Classified(OTHER)
+    (proto,) = struct.unpack_from("!H", pkt, 12)
+    off = 14
+    for _ in range(MAX_VLAN_TAGS):
+        if proto not in VLAN_ETHERTYPES:
+            break
+        if len(pkt) < off + 4:
+            return Classified(OTHER)
+        (proto,) = struct.unpack_from("!H", pkt, off + 2)
+        off += 4
+    if proto == ETH_P_IP:
+        if len(pkt) < off + 20:
+            return Classified(OTHER)
+        ver_ihl = pkt[off]
+        if ver_ihl >> 4 != 4 or ver_ihl & 0xF < 5:
+            return Classified(OTHER)
+        (frag,) = struct.unpack_from("!H", pkt, off + 6)
+        if frag & 0x3FFF:  # MF or a fragment offset
+            return Classified(FRAGMENT)
+        if pkt[off + 9] != IPPROTO_UDP:
+            return Classified(OTHER)
+        l4 = off + (ver_ihl & 0xF) * 4
+    elif proto == ETH_P_IPV6:
+        if len(pkt) < off + 40 or pkt[off] >> 4 != 6:
+            return Classified(OTHER)
+        if pkt[off + 6] == IPPROTO_FRAGMENT:
+            return Classified(FRAGMENT)
+        if pkt[off + 6] != IPPROTO_UDP:
+            return Classified(OTHER)
+        l4 = off + 40
+    else:
+        return Classified(OTHER)
+    if len(pkt) < l4 + 8:
+        return Classified(OTHER)
+    _, dport, ulen = struct.unpack_from("!HHH", pkt, l4)
+    # A UDP length the packet does not back up is left to the kernel to drop.
+    if ulen < 8 or l4 + ulen > len(pkt):
+        return Classified(OTHER)
+    return Classified(UDP, dport, pkt[l4 + 8:l4 + ulen])
+
+
+@dataclass(frozen=True)
+class Expected:
+    action: int
+    counters: dict[str, int] = field(default_factory=counters.zero)
+    judgement: Judgement | None = None
+
+
+def expected(
+    pkt: bytes,
+    ports,
+    on_malformed: str = "drop",
+    socket_registered: bool = False,
+    max_frames: int = MAX_FRAMES,
+) -> Expected:
+    """The verdict and counter deltas the XDP program must produce for PKT."""
+    delta = counters.zero()
+    delta["packets"] = 1
+    seen = classify_packet(pkt)
+    if seen.kind == FRAGMENT:
+        delta["fragments"] = 1
+        return Expected(XDP_PASS, delta)
+    if seen.kind != UDP or seen.dport not in ports:
+        delta["other"] = 1
+        return Expected(XDP_PASS, delta)
+    verdict = judge_datagram(seen.payload, max_frames)
+    if not verdict.valid:
+        delta[f"malformed.{verdict.reason}"] = 1
+        if on_malformed == "pass":
+            delta["malformed_passed"] = 1
+            return Expected(XDP_PASS, delta, verdict)
+        delta["malformed_dropped"] = 1
+        return Expected(XDP_DROP, delta, verdict)
+    delta["token_datagrams"] = 1
+    for label, n in zip(counters.FRAME_LABELS, verdict.frames):
+        delta[f"frames.{label}"] = n
+    delta["payload_bytes"] = verdict.payload_bytes
+    if socket_registered:
+        delta["redirected"] = 1
+        return Expected(XDP_REDIRECT, delta, verdict)
+    delta["fallback_passed"] = 1
+    return Expected(XDP_PASS, delta, verdict)

@@ -1,0 +1,254 @@
+"""The TCP frame relay's kernel side: bpf/sk_relay.c's stream parser and
+verdict, attached to a sockhash of relayed sockets, and typed access to the
+relay's maps.
+
+bcc 0.26 cannot declare a sockhash, so we make it here with bpf(2) and hand
+its fd to the C code as -DZL_SK_SOCKS_FD (docs/spec.md §7.2). Sockets are
+keyed by their cookie. A second map, zl_sk_conns, holds per socket the
+cookie of its pair (where its frames go) and the parser's framing state.
+
+Nothing is pinned: the maps and programs live as long as this object (the
+relay process), and closing it detaches and frees them.
+"""
+
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
+from pyxdp.kernel.privileges import require_bpf_admin
+from pyxdp.proto import counters, frames
+from pyxdp.relay import sockets as relay_sockets
+from pyxdp.relay.schema import FIELDS
+from pyxdp.xdp import compiler
+
+RELAY_SOURCE = "sk_relay.c"
+PARSER = "zl_sk_parser"
+VERDICT = "zl_sk_verdict"
+RELAY_MAPS = {"counters": "zl_sk_counters", "config": "zl_sk_config", "conns": "zl_sk_conns"}
+
+# Mirrors of bpf/zl_sk_structs.h: change both together.
+LAYOUT = struct.Struct(f"={len(FIELDS)}Q")  # struct zl_sk_counters
+CONFIG = struct.Struct("=II")  # struct zl_sk_config
+CONN = struct.Struct("=QQQIIIIIIBB6x")  # struct zl_sk_conn
+KEY = struct.Struct("=I")
+# SO_RCVLOWAT that keeps TCP from waking a socket's reader (the kernel caps
+# it at half the receive buffer).
+_GATE_SHUT = 0x7FFFFFFF
+# A frame's whole length must fit the parser's int return.
+MAX_LENGTH_LIMIT = 0x7FFFFFFF - frames.HEADER_LEN
+COOKIE = relay_sockets.COOKIE
+
+@dataclass(frozen=True)
+class ConnState:
+    """struct zl_sk_conn: one relayed socket's pairing and framing state."""
+
+    peer: int
+    frame_bytes: int
+    msg_types: int
+    first_seq: int
+    next_seq: int
+    seen_end: int
+    msg_off: int
+    msg_len: int  # 0 while the current message's first header is incomplete
+    broken: int   # enum zl_sk_reason; 0 while the stream is whole
+    started: bool
+    in_msg: bool
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "ConnState":
+        v = CONN.unpack(raw)
+        return cls(*v[:9], bool(v[9]), bool(v[10]))
+
+
+class RelayDataPath:
+    """The loaded programs and maps of one relay. Pair sockets with pair(),
+    undo with unpair(); close() when done."""
+
+    def __init__(self, *, max_socks: int = 4096, max_length: int = frames.DEFAULT_MAX_LENGTH):
+        require_bpf_admin("zerolayer relay")
+        self.socks_fd = bpfsys.map_create(bpfsys.BPF_MAP_TYPE_SOCKHASH, COOKIE.size, COOKIE.size,
+                                          max_socks, "zl_sk_socks")
+        self._attached: list[tuple[int, int]] = []
+        self._loaded = None
+        try:
+            self._loaded = compiler.load(
+                RELAY_SOURCE, PARSER, also=(VERDICT,), prog_type=bpfsys.BPF_PROG_TYPE_SK_SKB,
+                maps=RELAY_MAPS,
+                cflags=(f"-DZL_SK_SOCKS_FD={self.socks_fd}", f"-DZL_SK_MAX_SOCKS={max_socks}"),
+            )
+            self._maps = self._loaded.map_fds
+            self.set_max_length(max_length)
+            for prog, attach_type in ((PARSER, bpfsys.BPF_SK_SKB_STREAM_PARSER),
+                                      (VERDICT, bpfsys.BPF_SK_SKB_STREAM_VERDICT)):
+                fd = self._loaded.prog_fds[prog]
+                bpfsys.prog_attach(self.socks_fd, fd, attach_type)
+                self._attached.append((fd, attach_type))
+        except BaseException:
+            self.close()
+            raise
+
+    # --- pairing ------------------------------------------------------------------
+
+    def pair(self, a: socket.socket, b: socket.socket) -> tuple[int, int]:
+        """Relay A's frames to B and B's to A, in the kernel. Returns their
+        cookies. Both must be connected TCP sockets nobody reads from.
+
+        Raises OSError, with nothing paired, when the kernel refuses a
+        socket: it takes only established ones, so not one whose peer
+        already sent its FIN (EOPNOTSUPP)."""
+        ca, cb = relay_sockets.cookie(a), relay_sockets.cookie(b)
+        # The stream parser runs from a socket's data-ready callback, which
+        # TCP calls only once SO_RCVLOWAT bytes are in (or a FIN). Hold both
+        # gates shut while the pair is made, so that neither parser passes a
+        # frame on before its peer has joined (the frame would be dropped),
+        # then open them: setting SO_RCVLOWAT calls the callback, which
+        # parses whatever came before.
+        for sock in (a, b):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, _GATE_SHUT)
+        try:
+            # The parser refuses sockets without state: PEER, the rest zero.
+            for me, peer in ((ca, cb), (cb, ca)):
+                bpfsys.map_update(self._maps["conns"], COOKIE.pack(me),
+                                  COOKIE.pack(peer).ljust(CONN.size, b"\0"))
+            for sock, key in ((a, ca), (b, cb)):
+                bpfsys.map_update(self.socks_fd, COOKIE.pack(key), COOKIE.pack(sock.fileno()))
+        except OSError:
+            self.unpair(ca, cb)
+            raise
+        finally:
+            for sock in (a, b):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+        return ca, cb
+
+    def unpair(self, *cookies: int) -> None:
+        """Take the sockets out of the sockhash, and forget their state.
+        Frames the kernel still had queued for them are dropped: drain first."""
+        for c in cookies:
+            bpfsys.map_delete(self.socks_fd, COOKIE.pack(c))
+            bpfsys.map_delete(self._maps["conns"], COOKIE.pack(c))
+
+    def conn(self, cookie: int) -> ConnState | None:
+        raw = bpfsys.map_lookup(self._maps["conns"], COOKIE.pack(cookie), CONN.size)
+        return ConnState.unpack(raw) if raw is not None else None
+
+    def sockets(self) -> list[int]:
+        """Cookies in the sockhash (a closed socket leaves it by itself)."""
+        return [COOKIE.unpack(k)[0] for k in bpfsys.map_keys(self.socks_fd, COOKIE.size)]
+
+    def conns(self) -> list[int]:
+        return [COOKIE.unpack(k)[0] for k in bpfsys.map_keys(self._maps["conns"], COOKIE.size)]
+
+    # --- configuration and counters ---------------------------------------------------
+
+    def set_max_length(self, max_length: int) -> None:
+        """A frame announcing a longer payload breaks its stream; takes effect
+        on the next frame header parsed."""
+        if not 0 <= max_length <= MAX_LENGTH_LIMIT:
+            raise ZerolayerError(
+                f"maximum frame length {max_length} is out of range: 0-{MAX_LENGTH_LIMIT}")
+        bpfsys.map_update(self._maps["config"], KEY.pack(0), CONFIG.pack(max_length, 0))
+
+    def max_length(self) -> int:
+        return CONFIG.unpack(bpfsys.map_lookup(self._maps["config"], KEY.pack(0), CONFIG.size))[0]
+
+    def read_counters(self) -> dict[str, int]:
+        ncpus = bpfsys.possible_cpus()
+        raw = bpfsys.map_lookup(self._maps["counters"], KEY.pack(0), LAYOUT.size * ncpus)
+        return counters.from_percpu(raw, ncpus, FIELDS)
+
+    # --- start-up check and teardown -------------------------------------------------
+
+    def self_check(self) -> None:
+        """Relay a few frames between two loopback connections, cut so that
+        one frame starts part-way into a TCP segment and another's header is
+        split: the case that depends on how this kernel's stream parser
+        presents data (bpf/zl_stream.h). Refuse to go on if it fails."""
+        first = frames.encode(frames.FrameType.TOKEN, "zero")
+        stream = (first + frames.encode(frames.FrameType.TOKEN, "layer")
+                  + frames.encode(frames.FrameType.DONE))
+        cut = len(first) + 2
+        socks: list[socket.socket] = []
+        try:
+            try:
+                ends = _loopback_pairs(socks)
+            except OSError as exc:
+                raise ZerolayerError(
+                    f"the relay's start-up check needs loopback (127.0.0.1) up: {exc.strerror}"
+                ) from None
+            client, relay_in, relay_out, server = ends
+            cookies = self.pair(relay_in, relay_out)
+            try:
+                client.sendall(stream[:cut])
+                time.sleep(0.01)  # two segments
+                client.sendall(stream[cut:])
+                got = _read(server, len(stream), timeout=2.0)
+            finally:
+                self.unpair(*cookies)
+        finally:
+            for s in socks:
+                s.close()
+        if got != stream:
+            raise ZerolayerError(
+                "this kernel's stream parser does not present TCP data as zerolayer's parser "
+                f"expects (relayed {len(got)} of {len(stream)} bytes intact): the in-kernel "
+                "relay cannot frame safely here; use the asyncio relay"
+            )
+
+    def close(self) -> None:
+        for fd, attach_type in self._attached:
+            try:
+                bpfsys.prog_detach(self.socks_fd, fd, attach_type)
+            except OSError:
+                pass  # the map is going away with its attachments anyway
+        self._attached = []
+        if self.socks_fd >= 0:
+            os.close(self.socks_fd)
+            self.socks_fd = -1
+        if self._loaded is not None:
+            self._loaded.close()  # the programs' and bcc's maps' fds
+            self._loaded = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _loopback_pairs(socks: list) -> tuple:
+    """client -> relay_in (accepted) and relay_out -> server (accepted)."""
+    listeners = []
+    for _ in range(2):
+        lst = socket.socket()
+        socks.append(lst)
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(1)
+        listeners.append(lst)
+    client = socket.create_connection(listeners[0].getsockname(), timeout=2)
+    socks.append(client)
+    relay_in, _ = listeners[0].accept()
+    socks.append(relay_in)
+    relay_out = socket.create_connection(listeners[1].getsockname(), timeout=2)
+    socks.append(relay_out)
+    server, _ = listeners[1].accept()
+    socks.append(server)
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return client, relay_in, relay_out, server
+
+
+def _read(sock: socket.socket, n: int, timeout: float) -> bytes:
+    sock.settimeout(timeout)
+    out = b""
+    try:
+        while len(out) < n:
+            data = sock.recv(n - len(out))
+            if not data:
+                break
+            out += data
+    except socket.timeout:
+        pass
+    return out

@@ -1,0 +1,1 @@
+"""zerolayer's XDP program on an interface: compile, load, attach through netlink, pin, own, configure live, and read its counters and flows."""

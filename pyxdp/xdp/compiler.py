@@ -1,0 +1,161 @@
+"""Compile and load the C programs with bcc, and turn its failures into one
+line each.
+
+bcc and clang write diagnostics and verifier logs straight to file
+descriptor 2. We point fd 2 at a log file while they run, keep that file when
+something fails, and name it in the one-line error.
+"""
+
+import contextlib
+import os
+import platform
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyxdp.bpf import SOURCE_DIR
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
+from pyxdp.proto import frames
+
+TOKEN_PROGRAM = ("xdp_token.c", "zerolayer_xdp")
+
+# Map variables in bpf/zl_maps.h, by their pin names.
+TOKEN_MAPS = {"counters": "zl_counters", "config": "zl_config", "ports": "zl_ports", "xsks": "zl_xsks",
+              "flows": "zl_flows", "gaps": "zl_gaps"}
+
+
+def source_dir() -> Path:
+    """The C sources: the installed ones, or ZEROLAYER_BPF_DIR to try a
+    modified copy without reinstalling."""
+    override = os.environ.get("ZEROLAYER_BPF_DIR")
+    if not override:
+        return SOURCE_DIR
+    path = Path(override)
+    if not (path / TOKEN_PROGRAM[0]).is_file():
+        raise ZerolayerError(f"ZEROLAYER_BPF_DIR={override} has no {TOKEN_PROGRAM[0]}")
+    return path
+
+
+def require_kernel_headers() -> None:
+    release = platform.release()
+    build = f"/lib/modules/{release}/build"
+    # Debian splits a headers tree: generated files under build, the rest
+    # (kconfig.h among them) under source.
+    if os.environ.get("BCC_KERNEL_SOURCE") or any(
+        os.path.exists(f"/lib/modules/{release}/{tree}/include/linux/kconfig.h")
+        for tree in ("build", "source")
+    ):
+        return
+    raise ZerolayerError(
+        f"no kernel headers for {release} in {build}: run `bash vagrant/provision.sh` "
+        "(it installs linux-headers and links them there)"
+    )
+
+
+@contextlib.contextmanager
+def _stderr_to(log_path: str):
+    """Send fd 2 (where bcc, clang and the verifier log write) to LOG_PATH."""
+    saved = os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+# bcc's diagnosis of a rejection that names a helper the kernel lacks.
+_MISSING = re.compile(r"HINT: (\w+) missing \(added in Linux ([\d.]+)\)")
+
+
+def _missing_helper(log_path: str) -> tuple[str, str] | None:
+    """(helper, first Linux version with it) when the verifier rejected a
+    program for calling a helper this kernel does not have."""
+    with open(log_path, errors="replace") as log:
+        found = _MISSING.search(log.read())
+    return found.groups() if found else None
+
+
+def _first_error(log_path: str) -> str:
+    with open(log_path, errors="replace") as log:
+        lines = [ln.strip() for ln in log if ln.strip()]
+    for ln in lines:
+        if "error:" in ln:
+            return ln
+    return lines[-1] if lines else "no output"
+
+
+@dataclass
+class Loaded:
+    """A program bcc compiled and the kernel accepted. bcc keeps its fds
+    open until close() (or process exit): call it once the program is
+    attached or pinned, so a long-lived process does not pile them up."""
+
+    bpf: object
+    prog_fd: int
+    prog_name: str
+    map_fds: dict[str, int] = field(default_factory=dict)
+    # every loaded function's fd, FUNCTION's and ALSO's
+    prog_fds: dict[str, int] = field(default_factory=dict)
+
+    def close(self) -> None:
+        self.bpf.cleanup()
+
+
+def load(source: str, function: str, *, pin_dir: str | None = None,
+         maps: dict[str, str] | None = None,
+         prog_type: int = bpfsys.BPF_PROG_TYPE_XDP, also: tuple[str, ...] = (),
+         cflags: tuple[str, ...] = ()) -> Loaded:
+    """Compile bpf/SOURCE and load FUNCTION, and the functions in ALSO, as
+    programs of PROG_TYPE (XDP unless told). With PIN_DIR, maps declared
+    with ZL_MAP are pinned there, or reused when present. CFLAGS are extra
+    -D definitions."""
+    require_kernel_headers()
+    try:
+        from bcc import BPF
+    except ImportError:
+        raise ZerolayerError(
+            "bcc is not importable: install python3-bpfcc and use a venv made with "
+            "--system-site-packages (vagrant/provision.sh does both)"
+        ) from None
+
+    src = source_dir()
+    cflags = [f"-I{src}", f"-DZL_MAX_FRAMES={frames.MAX_FRAMES}", *cflags]
+    if pin_dir:
+        cflags.append(f'-DZL_PIN_DIR="{pin_dir}"')
+    fd, log_path = tempfile.mkstemp(prefix="zerolayer-bcc-", suffix=".log")
+    os.close(fd)
+    keep_log = True
+    try:
+        with _stderr_to(log_path):
+            try:
+                program = BPF(src_file=str(src / source).encode(), cflags=cflags)
+            except Exception:
+                raise ZerolayerError(
+                    f"compiling {source} failed: {_first_error(log_path)} (full log: {log_path})"
+                ) from None
+            prog_fds = {}
+            for name in (function, *also):
+                try:
+                    prog_fds[name] = program.load_func(name.encode(), prog_type).fd
+                except Exception as exc:
+                    missing = _missing_helper(log_path)
+                    if missing:
+                        raise ZerolayerError(
+                            f"{name} needs the BPF helper {missing[0]}, which this kernel "
+                            f"({platform.release()}) lacks: it needs Linux {missing[1]} or "
+                            f"newer (verifier log: {log_path})"
+                        ) from None
+                    raise ZerolayerError(
+                        f"the kernel verifier rejected {name} ({exc}); "
+                        f"verifier log: {log_path}"
+                    ) from None
+        keep_log = False
+        fds = {pin: program[var.encode()].map_fd for pin, var in (maps or {}).items()}
+        return Loaded(program, prog_fds[function], function, fds, prog_fds)
+    finally:
+        if not keep_log:
+            os.unlink(log_path)

@@ -1,0 +1,25 @@
+"""Change a running zerolayer's token ports and malformed policy by writing
+its pinned config maps: no recompile, no reattach, no gap."""
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel.privileges import preflight
+from pyxdp.xdp import ownership
+from pyxdp.xdp.maps import POLICIES, ZerolayerMaps
+
+
+def update(ifname: str, netns: str | None = None, *, ports=None,
+           on_malformed: str | None = None, flows: bool | None = None) -> dict:
+    """Apply what is given; return the configuration now in effect."""
+    preflight("zerolayer config")
+    ins = ownership.require_ours(ifname, netns)
+    if on_malformed is not None and on_malformed not in POLICIES:
+        raise ZerolayerError(f"unknown policy {on_malformed!r}: use drop or pass")
+    with ZerolayerMaps.open_pinned(ins.pin_dir) as maps:
+        if ports:
+            maps.set_ports(ports)
+        if on_malformed:
+            maps.set_on_malformed(on_malformed)
+        if flows is not None:
+            maps.set_flows_enabled(flows)
+        return {"interface": ifname, "netns": netns, "ports": maps.ports(),
+                "on_malformed": maps.on_malformed(), "flow_tracking": maps.flows_enabled()}

@@ -1,0 +1,200 @@
+"""attach and detach: compile, load, configure, attach atomically, pin.
+
+The order matters. The configuration is written into the maps before the
+program is attached, so it never sees an empty port set. An upgrade reuses
+the pinned maps (counters, configuration, AF_XDP registrations carry over)
+and swaps programs with one netlink call that names the program it replaces.
+"""
+
+import errno
+import os
+from dataclasses import asdict, dataclass
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
+from pyxdp.kernel.privileges import preflight
+from pyxdp.proto import frames
+from pyxdp.xdp import compiler, netlink, ownership, pins
+from pyxdp.xdp.maps import POLICIES, ZerolayerMaps, check_ports
+
+MODES = ("auto", "native", "skb")
+
+
+@dataclass(frozen=True)
+class AttachResult:
+    interface: str
+    netns: str | None
+    action: str  # attached, upgraded, replaced
+    mode: str  # the mode in effect, read back from the kernel
+    requested_mode: str
+    program_id: int
+    pin_dir: str
+    ports: list[int]
+    on_malformed: str
+    flow_tracking: bool
+    note: str | None  # e.g. why native mode was not used
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DetachResult:
+    interface: str
+    netns: str | None
+    action: str  # detached, removed_stale_pins
+    program_id: int | None
+    note: str | None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _modes_to_try(ifname: str, requested: str, current: str | None) -> list[str]:
+    if current is None:
+        return ["native", "skb"] if requested == "auto" else [requested]
+    if current not in ("native", "skb"):
+        raise ZerolayerError(f"{ifname} has XDP attached in {current} mode, which zerolayer does not manage")
+    if requested not in ("auto", current):
+        raise ZerolayerError(
+            f"{ifname} runs XDP in {current} mode; to move to {requested} mode, "
+            f"detach first (the kernel cannot swap modes in one step)"
+        )
+    return [current]
+
+
+def _attach(ifname: str, ins: ownership.Inspection, prog_fd: int, modes: list[str],
+            expected_fd: int | None) -> str | None:
+    """Try MODES in order; return a note when one was skipped."""
+    note = None
+    for i, mode in enumerate(modes):
+        try:
+            netlink.set_program(ins.state.ifindex, prog_fd, mode,
+                               expected_fd=expected_fd, netns=ins.netns)
+            return note
+        except OSError as exc:
+            last = i == len(modes) - 1
+            if mode == "native" and not last and exc.errno in netlink.NATIVE_UNSUPPORTED:
+                note = f"native mode unavailable ({exc.strerror}): using skb mode"
+                continue
+            if exc.errno == errno.EBUSY:
+                raise ZerolayerError(
+                    f"another XDP program appeared on {ifname} while attaching; nothing was changed"
+                ) from None
+            if exc.errno == errno.EEXIST:
+                raise ZerolayerError(
+                    f"the XDP program on {ifname} changed while attaching; nothing was replaced: try again"
+                ) from None
+            hint = "; try --mode skb" if mode == "native" else ""
+            raise ZerolayerError(
+                f"attaching to {ifname} in {mode} mode failed: {exc.strerror}{hint}"
+            ) from None
+    return note
+
+
+def _pin_program(prog_fd: int, pin_dir: str) -> None:
+    """Replace pin_dir/prog in one rename, so the pin is never missing."""
+    staging = os.path.join(pin_dir, pins.PROG_STAGING)
+    if os.path.exists(staging):
+        os.unlink(staging)
+    bpfsys.obj_pin(prog_fd, staging)
+    os.replace(staging, os.path.join(pin_dir, pins.PROG))
+
+
+def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | None = None,
+           flows: bool | None = None, replace: bool = False,
+           netns: str | None = None) -> AttachResult:
+    """Attach zerolayer to IFNAME, or upgrade it in place if it runs there.
+
+    PORTS, ON_MALFORMED and FLOWS default to 9977, drop and off on a first
+    attach; on an upgrade, options not given keep their current values."""
+    preflight("zerolayer attach")
+    if mode not in MODES:
+        raise ZerolayerError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+    if on_malformed is not None and on_malformed not in POLICIES:
+        raise ZerolayerError(f"unknown policy {on_malformed!r}: use drop or pass")
+    if ports is not None:
+        ports = sorted(set(ports))
+        check_ports(ports)
+
+    ins = ownership.inspect(ifname, netns)
+    if ins.owner == ownership.FOREIGN and not replace:
+        prog = ins.program
+        raise ZerolayerError(
+            f"{ifname} already runs XDP program '{prog.name}' (id {prog.id}, {ins.state.mode} mode) "
+            "that zerolayer did not load: remove it with its own tool, or pass --replace"
+        )
+    if ins.stale_pins:
+        pins.remove_dir(ins.pin_dir)  # left by a program no longer attached
+    modes = _modes_to_try(ifname, mode, ins.state.mode if ins.owner else None)
+    action = {None: "attached", ownership.ZEROLAYER: "upgraded"}.get(ins.owner, "replaced")
+    fresh = not ins.ours
+
+    expected_fd = bpfsys.prog_fd_by_id(ins.program.id) if ins.program else None
+    os.makedirs(ins.pin_dir, exist_ok=True)
+    loaded = None
+    try:
+        loaded = compiler.load(*compiler.TOKEN_PROGRAM, pin_dir=ins.pin_dir,
+                               maps=compiler.TOKEN_MAPS)
+        with ZerolayerMaps.from_fds(loaded.map_fds) as maps:
+            if fresh or on_malformed is not None:
+                maps.set_on_malformed(on_malformed or "drop")
+            if fresh or ports is not None:
+                maps.set_ports(ports or [frames.DEFAULT_PORT])
+            if fresh or flows is not None:
+                maps.set_flows_enabled(bool(flows))
+            note = _attach(ifname, ins, loaded.prog_fd, modes, expected_fd)
+            _pin_program(loaded.prog_fd, ins.pin_dir)
+            final_ports, final_policy = maps.ports(), maps.on_malformed()
+            final_flows = maps.flows_enabled()
+    except BaseException:
+        if fresh:
+            pins.remove_dir(ins.pin_dir)
+        raise
+    finally:
+        if expected_fd is not None:
+            os.close(expected_fd)
+        if loaded is not None:
+            loaded.close()  # attached and pinned: the kernel holds it now
+
+    now = netlink.query(ifname, netns)  # report what the kernel says, not what we asked
+    return AttachResult(
+        interface=ifname, netns=netns, action=action, mode=now.mode,
+        requested_mode=mode, program_id=now.prog_id, pin_dir=ins.pin_dir,
+        ports=final_ports, on_malformed=final_policy, flow_tracking=final_flows, note=note,
+    )
+
+
+def detach(ifname: str, netns: str | None = None) -> DetachResult:
+    """Remove zerolayer's program from IFNAME and its pins. Another tool's
+    program is never touched."""
+    preflight("zerolayer detach")
+    pin_dir = pins.pin_dir(ifname, netns)
+    try:
+        ins = ownership.inspect(ifname, netns)
+    except ZerolayerError:
+        if not os.path.isdir(pin_dir):
+            raise
+        pins.remove_dir(pin_dir)
+        return DetachResult(ifname, netns, "removed_stale_pins", None,
+                            "the interface no longer exists")
+    if not ins.ours:
+        if not ins.pinned:
+            extra = (f": it runs '{ins.program.name}' (id {ins.program.id}), not loaded by zerolayer"
+                     if ins.program else "")
+            raise ZerolayerError(f"zerolayer is not attached to {ifname}{extra}")
+        pins.remove_dir(pin_dir)
+        note = "the program was no longer attached"
+        if ins.program:
+            note = f"{ifname} now runs '{ins.program.name}' (id {ins.program.id}), left in place"
+        return DetachResult(ifname, netns, "removed_stale_pins", None, note)
+
+    prog_fd = bpfsys.prog_fd_by_id(ins.program.id)
+    try:
+        netlink.clear_program(ins.state.ifindex, ins.state.mode, prog_fd, netns)
+    except OSError as exc:
+        raise ZerolayerError(f"detaching from {ifname} failed: {exc.strerror}") from None
+    finally:
+        os.close(prog_fd)
+    pins.remove_dir(pin_dir)
+    return DetachResult(ifname, netns, "detached", ins.program.id, None)

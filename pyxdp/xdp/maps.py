@@ -1,0 +1,180 @@
+"""zerolayer's maps, opened from pins (a fresh process) or from fds (a
+program bcc just loaded), with typed access.
+
+The layouts mirror bpf/zl_structs.h and bpf/zl_maps.h; open() checks the
+kernel's key and value sizes so that maps pinned by another zerolayer
+version are refused, not misread.
+"""
+
+import os
+import struct
+from dataclasses import dataclass
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
+from pyxdp.proto import counters
+from pyxdp.xdp import pins
+
+POLICIES = ("drop", "pass")  # enum zl_policy: index is the value
+CONFIG = struct.Struct("=II")  # struct zl_config: on_malformed, flags
+CONFIG_FLOWS = 1 << 0  # ZL_CONFIG_FLOWS: per-flow tracking on (off by default)
+KEY = struct.Struct("=I")
+GAP_BUCKETS = 22  # ZL_GAP_BUCKETS
+FLOW_KEY = struct.Struct("=16sHHB3x")  # struct zl_flow_key
+# struct zl_flow: frames by type, payload_bytes, datagrams, first_ns, last_ns,
+# last_token_ns, gap_sum_ns, gaps
+FLOW = struct.Struct(f"={len(counters.FRAME_LABELS)}Q6Q{GAP_BUCKETS}Q")
+GAP_HIST = struct.Struct(f"=Q{GAP_BUCKETS}Q")  # struct zl_gap_hist: sum_ns, buckets
+PORT_SLOTS = 65536
+MAX_PORTS = 64
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    key_size: int
+    value_size: int
+    max_entries: int | None  # None: any
+
+
+SPECS = {
+    "counters": MapSpec(4, counters.LAYOUT.size, 1),
+    "config": MapSpec(4, CONFIG.size, 1),
+    "ports": MapSpec(4, 1, PORT_SLOTS),
+    "xsks": MapSpec(4, 4, None),
+    "flows": MapSpec(FLOW_KEY.size, FLOW.size, None),
+    "gaps": MapSpec(4, GAP_HIST.size, 1),
+}
+
+
+class BpfMap:
+    """One map fd and what the kernel says about it."""
+
+    def __init__(self, fd: int, name: str, owned: bool = True):
+        self.fd = fd
+        self.name = name
+        self.info = bpfsys.map_info(fd)
+        self._owned = owned
+
+    def check(self, spec: MapSpec) -> None:
+        i = self.info
+        if (i.key_size, i.value_size) != (spec.key_size, spec.value_size) or (
+            spec.max_entries is not None and i.max_entries != spec.max_entries
+        ):
+            raise ZerolayerError(
+                f"pinned map '{self.name}' has another layout (from another zerolayer "
+                "version?): detach and attach again"
+            )
+
+    def lookup(self, key: int, value_size: int | None = None) -> bytes | None:
+        return bpfsys.map_lookup(self.fd, KEY.pack(key), value_size or self.info.value_size)
+
+    def update(self, key: int, value: bytes) -> None:
+        bpfsys.map_update(self.fd, KEY.pack(key), value)
+
+    def delete(self, key: int) -> bool:
+        return bpfsys.map_delete(self.fd, KEY.pack(key))
+
+    def close(self) -> None:
+        if self._owned and self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+
+
+class ZerolayerMaps:
+    """counters, config, ports and xsks of one attached program."""
+
+    def __init__(self, maps: dict[str, BpfMap]):
+        for name, spec in SPECS.items():
+            maps[name].check(spec)
+        self._maps = maps
+
+    @classmethod
+    def open_pinned(cls, pin_dir: str) -> "ZerolayerMaps":
+        opened: dict[str, BpfMap] = {}
+        try:
+            for name in pins.MAPS:
+                path = os.path.join(pin_dir, name)
+                try:
+                    opened[name] = BpfMap(bpfsys.obj_get(path), name)
+                except FileNotFoundError:
+                    raise ZerolayerError(
+                        f"{path} is missing: the pins are incomplete; "
+                        "detach and attach again"
+                    ) from None
+            return cls(opened)
+        except BaseException:
+            for m in opened.values():
+                m.close()
+            raise
+
+    @classmethod
+    def from_fds(cls, fds: dict[str, int]) -> "ZerolayerMaps":
+        """Borrow fds owned by someone else (a bcc BPF object)."""
+        return cls({name: BpfMap(fd, name, owned=False) for name, fd in fds.items()})
+
+    def __getitem__(self, name: str) -> BpfMap:
+        return self._maps[name]
+
+    def close(self) -> None:
+        for m in self._maps.values():
+            m.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- counters ---------------------------------------------------------------
+
+    def read_counters(self) -> dict[str, int]:
+        ncpus = bpfsys.possible_cpus()
+        raw = self["counters"].lookup(0, counters.LAYOUT.size * ncpus)
+        return counters.from_percpu(raw, ncpus)
+
+    # --- config -------------------------------------------------------------------
+
+    def _config(self) -> tuple[int, int]:
+        return CONFIG.unpack(self["config"].lookup(0))
+
+    def on_malformed(self) -> str:
+        policy, _ = self._config()
+        return POLICIES[policy] if policy < len(POLICIES) else f"unknown({policy})"
+
+    def set_on_malformed(self, policy: str) -> None:
+        _, flags = self._config()
+        self["config"].update(0, CONFIG.pack(POLICIES.index(policy), flags))
+
+    def flows_enabled(self) -> bool:
+        return bool(self._config()[1] & CONFIG_FLOWS)
+
+    def set_flows_enabled(self, enabled: bool) -> None:
+        policy, flags = self._config()
+        flags = flags | CONFIG_FLOWS if enabled else flags & ~CONFIG_FLOWS
+        self["config"].update(0, CONFIG.pack(policy, flags))
+
+    def ports(self) -> list[int]:
+        m = self["ports"]
+        pairs = bpfsys.map_lookup_batch(m.fd, 4, 1, m.info.max_entries)
+        return [KEY.unpack(k)[0] for k, v in pairs if v != b"\0"]
+
+    def set_ports(self, wanted) -> None:
+        """Make the token port set exactly WANTED: new ports first, so a port
+        that stays never blinks out."""
+        wanted = set(wanted)
+        check_ports(wanted)
+        current = set(self.ports())
+        for port in sorted(wanted - current):
+            self["ports"].update(port, b"\1")
+        for port in sorted(current - wanted):
+            self["ports"].update(port, b"\0")
+
+
+def check_ports(ports) -> None:
+    bad = [p for p in ports if not 1 <= p <= 65535]
+    if bad:
+        raise ZerolayerError(f"invalid UDP port {bad[0]}: use 1-65535")
+    if not ports:
+        raise ZerolayerError("at least one token port is needed")
+    if len(ports) > MAX_PORTS:
+        raise ZerolayerError(f"{len(ports)} token ports given: at most {MAX_PORTS}")

@@ -1,0 +1,134 @@
+"""XDP attachment through rtnetlink (pyroute2): query, attach, replace, detach.
+
+bcc's attach_xdp cannot do XDP_FLAGS_REPLACE. Netlink can: with
+IFLA_XDP_EXPECTED_FD the kernel swaps programs only if the one attached is the
+one we name, in one step, so an upgrade never leaves the interface without a
+program and never clobbers a program someone else attached meanwhile.
+"""
+
+import errno
+from dataclasses import dataclass
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import ethtool
+from pyxdp.kernel import netns as netns_mod
+
+XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
+XDP_FLAGS_SKB_MODE = 1 << 1
+XDP_FLAGS_DRV_MODE = 1 << 2
+XDP_FLAGS_REPLACE = 1 << 4
+
+MODE_FLAGS = {"native": XDP_FLAGS_DRV_MODE, "skb": XDP_FLAGS_SKB_MODE}
+# IFLA_XDP_ATTACHED, as pyroute2 names its values (iproute2's words)
+ATTACHED_MODES = {
+    None: None,
+    "xdp": "native",
+    "xdpgeneric": "skb",
+    "xdpoffload": "hw",
+    "xdpmulti": "multi",
+}
+
+
+@dataclass(frozen=True)
+class XdpState:
+    ifindex: int
+    ifname: str
+    mode: str | None  # None: no program
+    prog_id: int | None
+    rx_queues: int  # in use (ethtool's channels), not merely allocated
+    mtu: int
+
+
+def _ipr():
+    from pyroute2 import IPRoute
+
+    return IPRoute(ext_ack=True)
+
+
+def _state(msg) -> XdpState:
+    """Called inside the interface's netns (the queue count asks its driver)."""
+    xdp = msg.get_attr("IFLA_XDP")
+    mode, prog_id = None, None
+    if xdp is not None:
+        mode = ATTACHED_MODES.get(xdp.get_attr("IFLA_XDP_ATTACHED"), "unknown")
+        prog_id = xdp.get_attr("IFLA_XDP_PROG_ID")
+        if mode == "multi":  # more than one mode at once: report the driver's
+            prog_id = xdp.get_attr("IFLA_XDP_DRV_PROG_ID") or xdp.get_attr(
+                "IFLA_XDP_SKB_PROG_ID"
+            )
+    return XdpState(
+        ifindex=msg["index"],
+        ifname=msg.get_attr("IFLA_IFNAME"),
+        mode=mode,
+        prog_id=prog_id or None,
+        rx_queues=ethtool.rx_queues_in_use(msg.get_attr("IFLA_IFNAME"),
+                                           msg.get_attr("IFLA_NUM_RX_QUEUES") or 1),
+        mtu=msg.get_attr("IFLA_MTU") or 0,
+    )
+
+
+def query(ifname: str, netns: str | None = None) -> XdpState:
+    """The XDP state of IFNAME; ZerolayerError if there is no such interface."""
+    with netns_mod.entered(netns), _ipr() as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            where = f" in netns {netns}" if netns else ""
+            raise ZerolayerError(
+                f"no interface named {ifname!r}{where} (see `ip link show`)"
+            )
+        return _state(ipr.get_links(found[0])[0])
+
+
+def query_all(netns: str | None = None) -> list[XdpState]:
+    with netns_mod.entered(netns), _ipr() as ipr:
+        return sorted((_state(m) for m in ipr.get_links()), key=lambda s: s.ifindex)
+
+
+def _set_xdp(ifindex: int, attrs: list, netns: str | None) -> None:
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with netns_mod.entered(netns), _ipr() as ipr:
+        try:
+            ipr.link("set", index=ifindex, IFLA_XDP={"attrs": attrs})
+        except NetlinkError as exc:
+            raise OSError(exc.code, _reason(exc)) from None
+
+
+def _reason(exc) -> str:
+    """The kernel's extended ack if it sent one, else strerror."""
+    text = str(exc.args[1]) if len(exc.args) > 1 else ""
+    import os
+
+    return text or os.strerror(exc.code)
+
+
+def set_program(
+    ifindex: int,
+    prog_fd: int,
+    mode: str,
+    *,
+    expected_fd: int | None = None,
+    netns: str | None = None,
+) -> None:
+    """Attach PROG_FD in MODE. With EXPECTED_FD, atomically replace exactly
+    that program; without it, fail if any program is attached.
+    Raises OSError carrying the kernel's errno and message."""
+    flags = MODE_FLAGS[mode]
+    attrs = [("IFLA_XDP_FD", prog_fd)]
+    if expected_fd is None:
+        flags |= XDP_FLAGS_UPDATE_IF_NOEXIST
+    else:
+        flags |= XDP_FLAGS_REPLACE
+        attrs.append(("IFLA_XDP_EXPECTED_FD", expected_fd))
+    attrs.append(("IFLA_XDP_FLAGS", flags))
+    _set_xdp(ifindex, attrs, netns)
+
+
+def clear_program(ifindex: int, mode: str, expected_fd: int, netns: str | None = None) -> None:
+    """Remove the program, only if it is still EXPECTED_FD's."""
+    flags = MODE_FLAGS[mode] | XDP_FLAGS_REPLACE
+    attrs = [("IFLA_XDP_FD", -1), ("IFLA_XDP_EXPECTED_FD", expected_fd), ("IFLA_XDP_FLAGS", flags)]
+    _set_xdp(ifindex, attrs, netns)
+
+
+NATIVE_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EINVAL, errno.ERANGE, errno.E2BIG)

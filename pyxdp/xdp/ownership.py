@@ -1,0 +1,132 @@
+"""Who owns the XDP program on an interface, read from the kernel.
+
+A program is zerolayer's when it uses the counters map pinned in the
+interface's pin dir. That test needs no bookkeeping of our own, so it stays
+true after a crash between attaching and pinning, and it can never mistake
+another tool's program (or another zerolayer's, in another netns) for ours.
+"""
+
+import os
+from dataclasses import dataclass
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
+from pyxdp.kernel.privileges import preflight
+from pyxdp.xdp import netlink, pins
+from pyxdp.xdp.maps import ZerolayerMaps
+
+ZEROLAYER = "zerolayer"
+FOREIGN = "foreign"
+
+
+@dataclass(frozen=True)
+class Inspection:
+    state: netlink.XdpState
+    netns: str | None
+    pin_dir: str
+    pinned: bool  # the pin dir exists
+    owner: str | None  # ZEROLAYER, FOREIGN, or None when no program is attached
+    program: bpfsys.ProgInfo | None
+
+    @property
+    def ours(self) -> bool:
+        return self.owner == ZEROLAYER
+
+    @property
+    def stale_pins(self) -> bool:
+        """Pins left by a zerolayer program that is no longer attached here."""
+        return self.pinned and not self.ours
+
+
+def _pinned_counters_id(pin_dir: str) -> int | None:
+    try:
+        fd = bpfsys.obj_get(os.path.join(pin_dir, "counters"))
+    except OSError:
+        return None
+    try:
+        return bpfsys.map_info(fd).id
+    finally:
+        os.close(fd)
+
+
+def _program_info(prog_id: int) -> bpfsys.ProgInfo | None:
+    try:
+        fd = bpfsys.prog_fd_by_id(prog_id)
+    except FileNotFoundError:  # detached and freed since we asked
+        return None
+    try:
+        return bpfsys.prog_info(fd)
+    finally:
+        os.close(fd)
+
+
+def inspect_state(state: netlink.XdpState, netns: str | None) -> Inspection:
+    pin_dir = pins.pin_dir(state.ifname, netns)
+    pinned = os.path.isdir(pin_dir)
+    program = _program_info(state.prog_id) if state.prog_id else None
+    owner = None
+    if program is not None:
+        counters_id = _pinned_counters_id(pin_dir) if pinned else None
+        owner = ZEROLAYER if counters_id in program.map_ids else FOREIGN
+    return Inspection(state, netns, pin_dir, pinned, owner, program)
+
+
+def inspect(ifname: str, netns: str | None = None) -> Inspection:
+    return inspect_state(netlink.query(ifname, netns), netns)
+
+
+def not_attached(ifname: str, netns: str | None) -> ZerolayerError:
+    where = f" --netns {netns}" if netns else ""
+    return ZerolayerError(
+        f"zerolayer is not attached to {ifname}: run `zerolayer attach {ifname}{where}` first")
+
+
+def require_ours(ifname: str, netns: str | None = None) -> Inspection:
+    """The inspection of IFNAME, or a one-line error if zerolayer's program
+    is not the one attached there."""
+    ins = inspect(ifname, netns)
+    if not ins.ours:
+        raise not_attached(ifname, netns)
+    return ins
+
+
+def describe(ins: Inspection) -> dict:
+    """One interface for `zerolayer status --json`."""
+    out = {
+        "interface": ins.state.ifname,
+        "netns": ins.netns,
+        "ifindex": ins.state.ifindex,
+        "mode": ins.state.mode,
+        "program_id": ins.state.prog_id,
+        "program_name": ins.program.name if ins.program else None,
+        "owner": ins.owner,
+        "pin_dir": ins.pin_dir if ins.pinned else None,
+        "stale_pins": ins.stale_pins,
+        "rx_queues": ins.state.rx_queues,
+    }
+    if ins.ours:
+        with ZerolayerMaps.open_pinned(ins.pin_dir) as maps:
+            out["ports"] = maps.ports()
+            out["on_malformed"] = maps.on_malformed()
+            out["flow_tracking"] = maps.flows_enabled()
+    return out
+
+
+def status(ifname: str | None = None, netns: str | None = None) -> list[dict]:
+    """Every interface of NETNS (or just IFNAME), plus pin dirs whose
+    interface no longer exists."""
+    preflight("zerolayer status")
+    if ifname:
+        return [describe(inspect(ifname, netns))]
+    states = netlink.query_all(netns)
+    rows = [describe(inspect_state(s, netns)) for s in states]
+    present = {s.ifname for s in states}
+    for gone in pins.pinned_interfaces(netns):
+        if gone not in present:
+            rows.append({
+                "interface": gone, "netns": netns, "ifindex": None, "mode": None,
+                "program_id": None, "program_name": None, "owner": None,
+                "pin_dir": pins.pin_dir(gone, netns), "stale_pins": True,
+                "rx_queues": None,
+            })
+    return rows

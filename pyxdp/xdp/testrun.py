@@ -1,0 +1,66 @@
+"""Packet in, verdict and counters out: zerolayer's program under
+BPF_PROG_TEST_RUN, as Katran tests its balancer.
+
+By default the program is loaded with private maps (nothing pinned,
+nothing attached), so runs are isolated from any interface. Given a pin dir,
+it is the program zerolayer attached there, with its maps: no second compile.
+"""
+
+import os
+from dataclasses import dataclass
+
+from pyxdp.kernel import bpfsys
+from pyxdp.proto import counters
+from pyxdp.proto.frames import DEFAULT_PORT
+from pyxdp.xdp import compiler, pins
+from pyxdp.xdp.maps import ZerolayerMaps
+
+PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
+ACTIONS = {0: "XDP_ABORTED", 1: "XDP_DROP", 2: "XDP_PASS", 3: "XDP_TX", 4: "XDP_REDIRECT"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: int
+    data_out: bytes
+    counters: dict[str, int]  # deltas caused by this run
+
+    @property
+    def action_name(self) -> str:
+        return ACTIONS.get(self.action, str(self.action))
+
+
+class TokenProgram:
+    """zerolayer's XDP program for test runs: compiled here with PORTS and
+    ON_MALFORMED, or the one attached with pins in PIN_DIR, as configured."""
+
+    def __init__(self, ports=(DEFAULT_PORT,), on_malformed: str = "drop",
+                 pin_dir: str | None = None):
+        if pin_dir:
+            self._loaded = None
+            self.prog_fd = bpfsys.obj_get(os.path.join(pin_dir, pins.PROG))
+            self.maps = ZerolayerMaps.open_pinned(pin_dir)
+            return
+        self._loaded = compiler.load(*compiler.TOKEN_PROGRAM, maps=compiler.TOKEN_MAPS)
+        self.prog_fd = self._loaded.prog_fd
+        self.maps = ZerolayerMaps.from_fds(self._loaded.map_fds)
+        self.configure(ports, on_malformed)
+
+    def configure(self, ports, on_malformed: str) -> None:
+        self.maps.set_ports(ports)
+        self.maps.set_on_malformed(on_malformed)
+
+    def run(self, packet: bytes) -> Outcome:
+        before = self.maps.read_counters()
+        result = bpfsys.prog_test_run(self.prog_fd, packet)
+        after = self.maps.read_counters()
+        return Outcome(result.retval, result.data_out, counters.delta(after, before))
+
+
+class PassProgram:
+    """The floor: a program that only returns XDP_PASS."""
+
+    def __init__(self):
+        self._loaded = compiler.load(*PASS_PROGRAM)
+        self.prog_fd = self._loaded.prog_fd
+

@@ -1,0 +1,203 @@
+"""The rings of an AF_XDP socket: memory shared with the kernel, as numpy
+views, whose producer and consumer indices move through libxdp.
+
+Each ring is a power-of-two array of entries plus a producer and a consumer
+index. The side that writes entries publishes them with a store-release of
+its index; the other side reads that index with a load-acquire before it
+reads the entries (and stores its own index with release once it has read
+them). libxdp exports its inline ring helpers as real symbols "for use
+by language bindings" (symbol version LIBXDP_1.2.0); they use
+__atomic_load_n(__ATOMIC_ACQUIRE) and __atomic_store_n(__ATOMIC_RELEASE), which compile to plain moves plus a
+compiler barrier on x86-64 (TSO) and to LDAR/STLR on arm64. Calling them
+through ctypes gives each batch those semantics for four calls, while the
+entries themselves are read and written with numpy, ordered by the calls
+that bracket them (see pyxdp/xsk/socket.py).
+
+The ring structs below are libxdp's `struct xsk_ring_prod/cons` (public ABI:
+its inline functions read these fields in the caller's code).
+"""
+
+import ctypes
+import mmap
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from pyxdp.errors import ZerolayerError
+
+LIBXDP = "libxdp.so.1"
+
+# struct xdp_ring_offset: where producer, consumer, entries and flags sit in
+# a ring's mapping; struct xdp_mmap_offsets has one per ring: rx, tx, fill, comp.
+RING_OFFSET = struct.Struct("=QQQQ")
+MMAP_OFFSETS_SIZE = 4 * RING_OFFSET.size
+
+XDP_RING_NEED_WAKEUP = 1
+
+# struct xdp_desc {u64 addr; u32 len; u32 options}, seen as four u32s so the
+# length column is the same on either byte order.
+DESC_WORDS = 4
+
+
+class _XskRing(ctypes.Structure):
+    _fields_ = [
+        ("cached_prod", ctypes.c_uint32),
+        ("cached_cons", ctypes.c_uint32),
+        ("mask", ctypes.c_uint32),
+        ("size", ctypes.c_uint32),
+        ("producer", ctypes.c_void_p),
+        ("consumer", ctypes.c_void_p),
+        ("ring", ctypes.c_void_p),
+        ("flags", ctypes.c_void_p),
+    ]
+
+
+_RING_P = ctypes.POINTER(_XskRing)
+_U32_P = ctypes.POINTER(ctypes.c_uint32)
+
+
+def _bind(lib, name, restype, *argtypes):
+    func = getattr(lib, name)
+    func.restype = restype
+    func.argtypes = list(argtypes)
+    return func
+
+
+class _LibXdp:
+    """The exported ring helpers of libxdp (>= 1.2) that pyxdp.xsk uses."""
+
+    def __init__(self):
+        try:
+            lib = ctypes.CDLL(LIBXDP)
+            self.cons_peek = _bind(lib, "xsk_ring_cons__peek", ctypes.c_uint32,
+                                   _RING_P, ctypes.c_uint32, _U32_P)
+        except (OSError, AttributeError):
+            raise ZerolayerError(
+                "libxdp 1.2 or later is needed for AF_XDP rings: install libxdp1 "
+                "(vagrant/provision.sh does)"
+            ) from None
+        self.cons_release = _bind(lib, "xsk_ring_cons__release", None, _RING_P, ctypes.c_uint32)
+        self.prod_reserve = _bind(lib, "xsk_ring_prod__reserve", ctypes.c_uint32,
+                                  _RING_P, ctypes.c_uint32, _U32_P)
+        self.prod_submit = _bind(lib, "xsk_ring_prod__submit", None, _RING_P, ctypes.c_uint32)
+        self.prod_needs_wakeup = _bind(lib, "xsk_ring_prod__needs_wakeup", ctypes.c_int, _RING_P)
+
+
+_lib: _LibXdp | None = None
+
+
+def libxdp() -> _LibXdp:
+    global _lib
+    if _lib is None:
+        _lib = _LibXdp()
+    return _lib
+
+
+@dataclass(frozen=True)
+class RingOffsets:
+    producer: int
+    consumer: int
+    desc: int
+    flags: int
+
+
+def mmap_offsets(raw: bytes) -> dict[str, RingOffsets]:
+    """Parse getsockopt(XDP_MMAP_OFFSETS)."""
+    names = ("rx", "tx", "fill", "comp")
+    return {n: RingOffsets(*RING_OFFSET.unpack_from(raw, i * RING_OFFSET.size))
+            for i, n in enumerate(names)}
+
+
+class _Ring:
+    """One ring, mapped from the socket at page offset PGOFF."""
+
+    def __init__(self, fd: int, pgoff: int, offsets: RingOffsets, size: int, entry_size: int):
+        self.size = size
+        self._map = mmap.mmap(fd, offsets.desc + size * entry_size,
+                              mmap.MAP_SHARED | mmap.MAP_POPULATE,
+                              mmap.PROT_READ | mmap.PROT_WRITE, offset=pgoff)
+        base = np.frombuffer(self._map, np.uint8).ctypes.data
+        self._ring = _XskRing(0, 0, size - 1, size, base + offsets.producer,
+                              base + offsets.consumer, base + offsets.desc, base + offsets.flags)
+        self._ref = ctypes.byref(self._ring)
+        self._idx = ctypes.c_uint32()
+        self._idx_ref = ctypes.byref(self._idx)
+        self._lib = libxdp()
+        self._desc_offset = offsets.desc
+
+    def _entries(self, dtype, count: int) -> np.ndarray:
+        return np.frombuffer(self._map, dtype, count=count, offset=self._desc_offset)
+
+    def _drop_views(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Unmap. A mapping holds the socket open, so its views go first
+        (they are never handed out)."""
+        if self._map.closed:
+            return
+        self._drop_views()
+        self._map.close()
+
+
+class RxRing(_Ring):
+    """Descriptors of received frames: the kernel produces, we consume."""
+
+    def __init__(self, fd, pgoff, offsets, size):
+        super().__init__(fd, pgoff, offsets, size, DESC_WORDS * 4)
+        self._addr = self._entries(np.uint64, size * 2).reshape(size, 2)[:, 0]
+        self._len = self._entries(np.uint32, size * DESC_WORDS).reshape(size, DESC_WORDS)[:, 2]
+
+    def _drop_views(self) -> None:
+        self._addr = self._len = None
+
+    def take(self, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """Up to LIMIT descriptors as (addr, len) copies. They are released
+        to the kernel before returning: the copies are all we read."""
+        n = self._lib.cons_peek(self._ref, limit, self._idx_ref)
+        if not n:
+            return _EMPTY_ADDR, _EMPTY_LEN
+        start = self._idx.value & (self.size - 1)
+        end = start + n
+        if end <= self.size:
+            addr = self._addr[start:end].copy()
+            length = self._len[start:end].copy()
+        else:  # wraps around the end of the ring
+            wrap = end - self.size
+            addr = np.concatenate((self._addr[start:], self._addr[:wrap]))
+            length = np.concatenate((self._len[start:], self._len[:wrap]))
+        self._lib.cons_release(self._ref, n)
+        return addr, length
+
+
+class FillRing(_Ring):
+    """UMEM chunks for the kernel to fill: we produce, the kernel consumes."""
+
+    def __init__(self, fd, pgoff, offsets, size):
+        super().__init__(fd, pgoff, offsets, size, 8)
+        # libxdp keeps cached_cons one ring size ahead of the real consumer.
+        self._ring.cached_cons = size
+        self._addr = self._entries(np.uint64, size)
+
+    def _drop_views(self) -> None:
+        self._addr = None
+
+    def put(self, addrs: np.ndarray) -> None:
+        """Publish ADDRS. pyxdp.xsk sizes the ring so there is always room."""
+        n = len(addrs)
+        if not self._lib.prod_reserve(self._ref, n, self._idx_ref):
+            raise RuntimeError(f"no room for {n} chunks in the fill ring: chunks were lost")
+        start = self._idx.value & (self.size - 1)
+        first = min(n, self.size - start)
+        self._addr[start:start + first] = addrs[:first]
+        self._addr[:n - first] = addrs[first:n]
+        self._lib.prod_submit(self._ref, n)
+
+    @property
+    def needs_wakeup(self) -> bool:
+        return bool(self._lib.prod_needs_wakeup(self._ref))
+
+
+_EMPTY_ADDR = np.empty(0, np.uint64)
+_EMPTY_LEN = np.empty(0, np.uint32)
