@@ -147,6 +147,7 @@ def assert_exact(report, timeline):
     assert report.result.sent == len(timeline)
 
 
+@pytest.mark.root
 def test_a_small_capture_replays_to_exact_counters(tmp_path):
     conversations = replay.packets_from_transcript(EXAMPLES / "transcript.jsonl", ROUTE)
     extras = [replay.Timed(0.02 * i, bytes(p)) for i, p in enumerate(traffic.mixed_traffic(ROUTE))]
@@ -160,6 +161,7 @@ def test_a_small_capture_replays_to_exact_counters(tmp_path):
     assert report.result.span_s == pytest.approx(last / 8, abs=1e-5)
 
 
+@pytest.mark.root
 def test_a_small_transcript_replays_to_exact_counters():
     path = EXAMPLES / "transcript.jsonl"
     report = replay.replay_in_lab(path, streams=3, speed=10)
@@ -167,6 +169,7 @@ def test_a_small_transcript_replays_to_exact_counters():
     assert report.counters["frames.request"] == 3 * 4 and report.counters["frames.done"] == 3 * 3
 
 
+@pytest.mark.root
 def test_the_shipped_example_capture_replays_to_exact_counters():
     path = EXAMPLES / "tokens.pcap"
     report = replay.replay_in_lab(path, speed=None)
@@ -174,6 +177,7 @@ def test_the_shipped_example_capture_replays_to_exact_counters():
     assert report.result.speed is None and report.result.late_max_ms == 0.0
 
 
+@pytest.mark.root
 def test_replay_into_a_named_interface_through_the_cli(cli, lab, tmp_path):
     """A user's interface, not a lab the replay built: the peer end of ours,
     with zerolayer on the other end to count."""
@@ -202,6 +206,7 @@ def test_replay_into_a_named_interface_through_the_cli(cli, lab, tmp_path):
         loader.detach(lab.dut.ifname, lab.dut.netns)
 
 
+@pytest.mark.root
 def test_replay_cli_errors_are_one_line(cli, lab, tmp_path):
     transcript = EXAMPLES / "transcript.jsonl"
     peer = ["--iface", lab.peer.ifname, "--netns", lab.peer.netns]

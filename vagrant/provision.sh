@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Make a fresh Debian 12 machine ready for zerolayer, then optionally run it.
 #
-#   bash vagrant/provision.sh            provision only
-#   bash vagrant/provision.sh demo       provision, then run `zerolayer demo`
+#   bash vagrant/provision.sh             provision only
+#   bash vagrant/provision.sh demo        provision, then run `zerolayer demo`
 #   bash vagrant/provision.sh test [ARGS] provision, then run pytest ARGS
+#   bash vagrant/provision.sh lint        provision, then ruff and mypy
+#   bash vagrant/provision.sh dev         provision for development: an editable
+#                                         install with every extra (test, lint, plot)
 #
 # The README, .ci/run and the Vagrantfile all call this one script. It is
 # idempotent: every step checks before it changes anything. Run it as root.
@@ -24,7 +27,7 @@ apt_install() {
 die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "run me as root (sudo bash vagrant/provision.sh ${ACTION})"
-case "$ACTION" in ""|demo|test) ;; *) die "unknown action '$ACTION' (use: demo, test)";; esac
+case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (use: demo, test, lint, dev)";; esac
 
 # --- apt packages ----------------------------------------------------------
 # python3-bpfcc is bcc for Debian's /usr/bin/python3; the venv below sees it.
@@ -77,15 +80,22 @@ if ! "$VENV/bin/python" -c "import bcc" 2>/dev/null; then
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
     say "created venv $VENV"
 fi
-# A plain (non-editable) install of the tree as it is now, even if the
+# Users and CI get a plain install of the tree as it is now, even if the
 # version number did not change: uninstall first, so pip builds it once.
+# Developers (`dev`) get an editable one: the venv runs the checkout itself.
+case "$ACTION" in
+    dev)  EXTRAS="test,lint,plot"; EDITABLE=(--editable) ;;
+    lint) EXTRAS="lint"; EDITABLE=() ;;
+    *)    EXTRAS="test"; EDITABLE=() ;;
+esac
 "$VENV/bin/pip" uninstall --quiet --yes zerolayer 2>/dev/null || true
 # No build isolation: the venv's own setuptools and wheel build it, so a
 # machine (or VM) that already has every dependency installs without
 # reaching an index.
 "$VENV/bin/python" -c "import setuptools, wheel" 2>/dev/null \
     || "$VENV/bin/pip" install --quiet --disable-pip-version-check "setuptools>=64" wheel
-"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation "$REPO[test]"
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation \
+    "${EDITABLE[@]}" "$REPO[$EXTRAS]"
 ln -sfn "$VENV/bin/zerolayer" /usr/local/bin/zerolayer
 say "ready: $("$VENV/bin/zerolayer" --version)"
 
@@ -94,4 +104,7 @@ case "$ACTION" in
     # pytest runs from the repository but imports the installed package:
     # the tests directory, not the repository root, goes on sys.path.
     test) cd "$REPO" && exec "$VENV/bin/pytest" "$@" ;;
+    # The library only (pyproject.toml configures both); no new error passes.
+    lint) cd "$REPO" && "$VENV/bin/ruff" check . && exec "$VENV/bin/mypy" ;;
+    dev) say "editable: $VENV runs $REPO; \`cd $REPO && $VENV/bin/pytest\` runs the tests" ;;
 esac

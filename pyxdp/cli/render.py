@@ -25,10 +25,9 @@ def counters_table(nested: dict, rates: dict | None = None) -> str:
     for key, value in nested.items():
         if isinstance(value, dict):
             for sub, v in value.items():
-                rate = rates[key][sub] if rates else None
-                rows.append([f"{key}.{sub}", number(v)] + ([f"{number(rate)}/s"] if rates else []))
+                rows.append([f"{key}.{sub}", number(v)]
+                            + ([f"{number(rates[key][sub])}/s"] if rates else []))
         else:
-            rate = rates[key] if rates else None
-            rows.append([key, number(value)] + ([f"{number(rate)}/s"] if rates else []))
+            rows.append([key, number(value)] + ([f"{number(rates[key])}/s"] if rates else []))
     headers = ["COUNTER", "TOTAL"] + (["RATE"] if rates else [])
     return table(headers, rows)

@@ -212,7 +212,7 @@ class TestRun:
 
 
 # pytest would otherwise try to collect the dataclass above as a test class
-TestRun.__test__ = False
+TestRun.__test__ = False  # type: ignore[attr-defined]
 
 
 def prog_test_run(
@@ -274,7 +274,7 @@ def map_create(map_type: int, key_size: int, value_size: int, max_entries: int,
                name: str = "") -> int:
     """A new map; returns its fd, which the caller must close."""
     attr = _attr("=IIIIIII", map_type, key_size, value_size, max_entries, 0, 0, 0)
-    attr[28:28 + 15] = os.fsencode(name)[:15].ljust(15, b"\0")  # map_name
+    struct.pack_into("15s", attr, 28, os.fsencode(name)[:15])  # map_name, NUL-padded
     return bpf(BPF_MAP_CREATE, attr)
 
 

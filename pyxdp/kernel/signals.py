@@ -39,6 +39,9 @@ class ClosedOnExit:
 
     _previous_sigterm = None
 
+    def close(self) -> None:
+        raise NotImplementedError
+
     def __enter__(self):
         if threading.current_thread() is threading.main_thread() and \
                 signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:

@@ -238,6 +238,7 @@ class LiveGenerator:
 
     def _state(self) -> tuple[int, int, int]:
         raw = bpfsys.map_lookup(self._maps["state"], INDEX.pack(0), STATE.size)
+        assert raw is not None  # an array map has every index
         return STATE.unpack(raw)
 
     def _load_mix(self, mix: Mix) -> None:

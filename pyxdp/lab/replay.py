@@ -157,7 +157,7 @@ class Recorded:
         """(time, UDP payload): REQUEST, TOKENs grouped by time, DONE."""
         out = [(self.request_at, frames.encode(FrameType.REQUEST, self.request))]
         group: list[bytes] = []
-        group_at = None
+        group_at = 0.0  # the time of the tokens in group
         for at, text in self.tokens:
             frame = frames.encode(FrameType.TOKEN, text)
             full = len(group) == frames.MAX_FRAMES or (
@@ -205,7 +205,7 @@ def read_transcript(source) -> list[Recorded]:
 def _recorded(line: str, where: str) -> Recorded:
     try:
         obj = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ZerolayerError(f"{where}: not JSON ({exc.msg})") from None
     if not isinstance(obj, dict):
         raise ZerolayerError(f"{where}: a line must be a JSON object")
@@ -219,8 +219,8 @@ def _recorded(line: str, where: str) -> Recorded:
         return float(t)
 
     request = obj.get("request")
-    request_at = time_of(request, "the request")
-    body = request.get("body", {})
+    request_at = time_of(request, "the request")  # which also checks it is an object
+    body = request.get("body", {}) if isinstance(request, dict) else {}
     tokens = obj.get("tokens", [])
     if not isinstance(tokens, list):
         raise ZerolayerError(f"{where}: \"tokens\" must be a list of {{\"t\", \"text\"}}")

@@ -28,9 +28,18 @@ _NAME = re.compile(r"^zl-(\d+)-[0-9a-f]{6}-[a-z0-9]+$")
 
 @dataclass(frozen=True)
 class Endpoint:
-    netns: str
+    netns: str | None  # None: the namespace we run in
     ifname: str
     mac: str
+    ipv4: str | None
+    ipv6: str | None
+
+
+@dataclass(frozen=True)
+class LabEnd(Endpoint):
+    """An end of a lab's veth pair: always in a namespace of the lab's own."""
+
+    netns: str
     ipv4: str
     ipv6: str
 
@@ -65,8 +74,8 @@ class Lab:
         self.tag = _new_tag()
         self.rx_queues = rx_queues
         self.mtu = mtu
-        self.dut = Endpoint(f"{self.tag}-dut", "dut0", self.DUT_MAC, "198.18.0.1", "fd00:7a1::1")
-        self.peer = Endpoint(f"{self.tag}-peer", "peer0", self.PEER_MAC, "198.18.0.2", "fd00:7a1::2")
+        self.dut = LabEnd(f"{self.tag}-dut", "dut0", self.DUT_MAC, "198.18.0.1", "fd00:7a1::1")
+        self.peer = LabEnd(f"{self.tag}-peer", "peer0", self.PEER_MAC, "198.18.0.2", "fd00:7a1::2")
 
     def __enter__(self) -> "Lab":
         try:
@@ -103,7 +112,7 @@ class Lab:
         for end in (self.dut, self.peer):
             self._configure(end)
 
-    def _configure(self, end: Endpoint) -> None:
+    def _configure(self, end: LabEnd) -> None:
         from pyroute2 import IPRoute
 
         with netns.entered(end.netns), IPRoute() as ipr:

@@ -113,7 +113,8 @@ def _dump_request() -> bytes:
 
 def parse_dump(data: bytes) -> tuple[list[XskSocketDiag], bool, int]:
     """Messages of one recv(): (sockets, done, errno of an NLMSG_ERROR)."""
-    found, off = [], 0
+    found: list[XskSocketDiag] = []
+    off = 0
     while off + NLMSGHDR.size <= len(data):
         length, kind, _, _, _ = NLMSGHDR.unpack_from(data, off)
         if length < NLMSGHDR.size:
@@ -268,11 +269,11 @@ class ZerolayerCollector:
                     for name in XSK_STATS:
                         stats[name].add_metric(lab, p.statistics.get(name, 0))
                 continue
-            names = {o.ifindex: o.interface for o in observed}
+            by_index = {o.ifindex: o.interface for o in observed}
             for s in sockets:
-                if s.ifindex not in names:
+                if s.ifindex not in by_index:
                     continue
-                lab = [names[s.ifindex], ns or "", str(s.queue), str(s.inode)]
+                lab = [by_index[s.ifindex], ns or "", str(s.queue), str(s.inode)]
                 mode = "unknown" if s.zerocopy is None else str(s.zerocopy).lower()
                 info.add_metric(lab + [mode, str(s.rx_ring or 0), str(s.fill_ring or 0),
                                        "sock_diag"], 1)
@@ -331,7 +332,7 @@ class Exporter:
             self._server, self._thread = start_http_server(port, addr=host, registry=registry(log))
         except OSError as exc:
             raise ZerolayerError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-        self.address = self._server.server_address
+        self.address: tuple[str, int] = self._server.server_address[:2]  # type: ignore[assignment]
 
     def close(self) -> None:
         self._server.shutdown()

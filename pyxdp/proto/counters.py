@@ -45,7 +45,7 @@ def delta(after: dict[str, int], before: dict[str, int], fields=FIELDS) -> dict[
     return {k: after[k] - before[k] for k in fields}
 
 
-def nest(flat: dict[str, int], fields=FIELDS) -> dict:
+def nest(flat: dict[str, int] | dict[str, float], fields=FIELDS) -> dict:
     """Flat dotted keys to the JSON shape of `zerolayer stats --json`."""
     out: dict = {}
     for key in fields:

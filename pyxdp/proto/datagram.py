@@ -8,9 +8,10 @@ from pyxdp.proto.judge import judge_datagram
 def decode_datagram(payload: bytes, max_frames: int = MAX_FRAMES) -> list[Frame]:
     """The frames of a token datagram; FrameError names the malformed reason."""
     verdict = judge_datagram(payload, max_frames)
-    if not verdict.valid:
+    if verdict.reason is not None:
         raise FrameError(verdict.reason, f"malformed datagram: {verdict.reason}")
-    frames, off = [], 0
+    frames: list[Frame] = []
+    off = 0
     while off < len(payload):
         length, ftype = HEADER.unpack_from(payload, off)
         start = off + HEADER_LEN

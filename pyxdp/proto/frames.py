@@ -97,7 +97,8 @@ class StreamDecoder:
 
     def feed(self, data: bytes) -> list[Frame]:
         self._buf += data
-        frames, off = [], 0
+        frames: list[Frame] = []
+        off = 0
         buf = self._buf
         while len(buf) - off >= HEADER_LEN:
             length, ftype = HEADER.unpack_from(buf, off)

@@ -88,7 +88,8 @@ class AsyncioRelay(AsyncioService):
         c["redirected"] += len(batch)
         writer.write(frames.encode_frames(batch))
 
-    def _hold(self, task: asyncio.Task) -> asyncio.Task:
+    def _hold(self, task: asyncio.Task | None) -> asyncio.Task:
+        assert task is not None  # called from inside a coroutine, so a task runs it
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -107,6 +108,7 @@ class AsyncioRelay(AsyncioService):
 
     def adopt(self, client: socket.socket, upstream: socket.socket) -> None:
         """Relay two connected sockets from now on (from any thread)."""
+        assert self._loop is not None, "adopt() before start()"
         asyncio.run_coroutine_threadsafe(self._adopt(client, upstream), self._loop)
 
     async def _adopt(self, client: socket.socket, upstream: socket.socket) -> None:

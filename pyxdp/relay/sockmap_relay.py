@@ -164,6 +164,7 @@ class Relay:
             pass
 
     def set_max_length(self, max_length: int) -> None:
+        assert self._userspace is not None and self._listener is not None, "the relay is closed"
         self.datapath.set_max_length(max_length)
         self._userspace.max_length = max_length
         self._set_rcvbuf(self._listener)  # clients accepted from now on inherit it
@@ -193,6 +194,7 @@ class Relay:
         """The `zerolayer relay --json-stats` object (from any thread)."""
         kernel = self.datapath.read_counters()
         s, user = self._counts, self._userspace
+        assert user is not None, "the relay is closed"
         closed = {k: s.closed[k] + user.closed[k] for k in CLOSE_REASONS}
         return {
             "engine": "sockmap",
@@ -245,6 +247,7 @@ class Relay:
                 side.eof = True
 
     def _accept(self) -> None:
+        assert self._listener is not None  # only the open relay's epoll calls this
         while True:
             try:
                 client, _ = self._listener.accept()
@@ -308,6 +311,7 @@ class Relay:
             self._unwatch(side.sock)
         self._counts.active -= 1
         self._counts.userspace += 1
+        assert self._userspace is not None
         self._userspace.adopt(pair.client.sock, pair.upstream.sock)
 
     def _side_ended(self, pair: Pair, side: Side) -> None:

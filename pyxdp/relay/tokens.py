@@ -21,7 +21,7 @@ from pyxdp.relay.asyncio_service import AsyncioService, reset
 
 
 def request_payload(prompt: str, max_tokens: int | None = None) -> bytes:
-    body = {"prompt": prompt}
+    body: dict[str, str | int] = {"prompt": prompt}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     return json.dumps(body).encode()

@@ -120,6 +120,7 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
     ins = ownership.inspect(ifname, netns)
     if ins.owner == ownership.FOREIGN and not replace:
         prog = ins.program
+        assert prog is not None  # a foreign owner is a program we could read
         raise ZerolayerError(
             f"{ifname} already runs XDP program '{prog.name}' (id {prog.id}, {ins.state.mode} mode) "
             "that zerolayer did not load: remove it with its own tool, or pass --replace"
@@ -158,6 +159,7 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
             loaded.close()  # attached and pinned: the kernel holds it now
 
     now = netlink.query(ifname, netns)  # report what the kernel says, not what we asked
+    assert now.mode is not None and now.prog_id is not None, "attached, yet netlink sees no program"
     return AttachResult(
         interface=ifname, netns=netns, action=action, mode=now.mode,
         requested_mode=mode, program_id=now.prog_id, pin_dir=ins.pin_dir,
@@ -189,7 +191,9 @@ def detach(ifname: str, netns: str | None = None) -> DetachResult:
             note = f"{ifname} now runs '{ins.program.name}' (id {ins.program.id}), left in place"
         return DetachResult(ifname, netns, "removed_stale_pins", None, note)
 
-    prog_fd = bpfsys.prog_fd_by_id(ins.program.id)
+    prog = ins.program
+    assert prog is not None and ins.state.mode is not None  # ours: attached, and read
+    prog_fd = bpfsys.prog_fd_by_id(prog.id)
     try:
         netlink.clear_program(ins.state.ifindex, ins.state.mode, prog_fd, netns)
     except OSError as exc:
@@ -197,4 +201,4 @@ def detach(ifname: str, netns: str | None = None) -> DetachResult:
     finally:
         os.close(prog_fd)
     pins.remove_dir(pin_dir)
-    return DetachResult(ifname, netns, "detached", ins.program.id, None)
+    return DetachResult(ifname, netns, "detached", prog.id, None)

@@ -36,7 +36,7 @@ class Datagram:
 
 def record(datagram: Datagram, frame: Frame) -> dict:
     """One frame as `zerolayer listen --json` prints it."""
-    out = {"src": datagram.src, "dst": datagram.dst, "type": frame.type.label}
+    out: dict[str, str | int] = {"src": datagram.src, "dst": datagram.dst, "type": frame.type.label}
     try:
         out["payload"] = frame.payload.decode("utf-8")
     except UnicodeDecodeError:
@@ -69,7 +69,7 @@ class Listener(ClosedOnExit):
             raise
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> str | None:
         return self.sockets[0].mode
 
     def notes(self) -> list[str]:
@@ -134,7 +134,8 @@ class Listener(ClosedOnExit):
         # program has a new socket map that these sockets are not in. An
         # in-place upgrade keeps the pinned map, and the sockets with it.
         ins = ownership.inspect(self.ifname, self.netns)
-        if not ins.ours or self.sockets[0].xsks_map_id not in ins.program.map_ids:
+        if not ins.ours or ins.program is None or \
+                self.sockets[0].xsks_map_id not in ins.program.map_ids:
             raise ZerolayerError(f"zerolayer was detached from {self.ifname} while listening")
 
     def statistics(self) -> dict[int, XskStatistics]:

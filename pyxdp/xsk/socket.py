@@ -166,7 +166,6 @@ class XskSocket(ClosedOnExit):
         self._xsks: BpfMap | None = None
         self._registered = False
         self._rings: list = []
-        self._umem = None
         try:
             ins = self._check_attached(ifname, netns, queue)
             self.mtu = ins.state.mtu
@@ -196,18 +195,18 @@ class XskSocket(ClosedOnExit):
         with netns_mod.entered(self.netns):
             self.ifindex = socket.if_nametoindex(self.ifname)
             try:
-                self._sock = socket.socket(AF_XDP, socket.SOCK_RAW, 0)
+                s = socket.socket(AF_XDP, socket.SOCK_RAW, 0)
             except OSError as exc:
                 raise ZerolayerError(
                     f"cannot create an AF_XDP socket ({exc.strerror}): the kernel needs "
                     "CONFIG_XDP_SOCKETS"
                 ) from None
-        fd = self._sock.fileno()
+        self._sock = s
+        fd = s.fileno()
         self._umem = mmap.mmap(-1, frames * self.chunk_size,
                                mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
         self.umem = np.frombuffer(self._umem, np.uint8)
         self._umem_view = memoryview(self._umem)
-        s = self._sock
         s.setsockopt(SOL_XDP, XDP_UMEM_REG, UMEM_REG.pack(
             self.umem.ctypes.data, len(self._umem), self.chunk_size, 0, 0, 0))
         # At the end of a batch the kernel publishes the RX entries first and
@@ -253,7 +252,7 @@ class XskSocket(ClosedOnExit):
         deadline = time.monotonic() + BUSY_RETRY_S
         while True:
             try:
-                return _bind(self._sock.fileno(), addr)
+                return _bind(self._socket.fileno(), addr)
             except OSError as exc:
                 if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
                     raise
@@ -282,7 +281,7 @@ class XskSocket(ClosedOnExit):
                 "of zerolayer's socket map"
             )
         # BPF_ANY: whatever a dead listener left at this key is replaced.
-        self._xsks.update(self.queue, struct.pack("=I", self._sock.fileno()))
+        self._xsks.update(self.queue, struct.pack("=I", self._socket.fileno()))
         self._registered = True
 
     @property
@@ -292,8 +291,14 @@ class XskSocket(ClosedOnExit):
 
     # --- receiving ------------------------------------------------------------------
 
+    @property
+    def _socket(self) -> socket.socket:
+        if self._sock is None:
+            raise ZerolayerError(f"the AF_XDP socket on {self.ifname} queue {self.queue} is closed")
+        return self._sock
+
     def fileno(self) -> int:
-        return self._sock.fileno()
+        return self._socket.fileno()
 
     def recv(self, max_frames: int = 256, timeout: float | None = 0.0) -> Batch:
         """Up to MAX_FRAMES received frames, waiting up to TIMEOUT seconds
@@ -321,7 +326,7 @@ class XskSocket(ClosedOnExit):
         return self._umem_view[addr:addr + length]
 
     def statistics(self) -> XskStatistics:
-        raw = self._sock.getsockopt(SOL_XDP, XDP_STATISTICS, STATISTICS.size)
+        raw = self._socket.getsockopt(SOL_XDP, XDP_STATISTICS, STATISTICS.size)
         raw = raw.ljust(STATISTICS.size, b"\0")  # older kernels fill fewer fields
         return XskStatistics(*STATISTICS.unpack(raw))
 
@@ -346,7 +351,7 @@ class XskSocket(ClosedOnExit):
     def close(self) -> None:
         """Unregister, then close: the entry goes first, so the program never
         redirects to a closing socket. Idempotent."""
-        if self._registered:
+        if self._registered and self._xsks is not None:
             self._xsks.delete(self.queue)
             self._registered = False
         if self._xsks is not None:
@@ -358,8 +363,10 @@ class XskSocket(ClosedOnExit):
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        # UMEM stays mapped while a caller still holds a view of it.
-        self._umem = self._umem_view = self.umem = None
+        # UMEM stays mapped while a caller still holds a view of it; this
+        # object lets go of its own (they were never made if _open failed).
+        for name in ("_umem", "_umem_view", "umem"):
+            self.__dict__.pop(name, None)
 
     @property
     def closed(self) -> bool:

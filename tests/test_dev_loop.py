@@ -1,0 +1,24 @@
+"""The development loop: the checkout runs as the installed package does."""
+
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_python_m_pyxdp_runs_the_checkout_from_the_repository_root():
+    """From the root, the checkout shadows the installed package, so it must
+    be whole: its C sources and tuning profiles included."""
+    probe = ("import pyxdp, pyxdp.bpf, pyxdp.tuning.profile as p; "
+             "print(pyxdp.__file__); print(pyxdp.bpf.SOURCE_DIR); print(p.load('inf2').name)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    package, sources, profile = done.stdout.split()
+    assert package == os.path.join(REPO, "pyxdp", "__init__.py")
+    assert os.path.isfile(os.path.join(sources, "xdp_token.c"))
+    assert profile == "inf2"
+    done = subprocess.run([sys.executable, "-m", "pyxdp", "--version"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("zerolayer, version"), done.stderr
