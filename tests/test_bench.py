@@ -1,85 +1,93 @@
-"""`zerolayer bench`: the quick mode runs every section on a real lab and
-produces every key. No assertion here is about speed: the numbers belong to
-the benchmark, not to the tests."""
-
-import json
+"""`zerolayer bench` on a real lab: the default run (sections parser, xdp
+and delivery), and the parser and xdp sections alone, each through the CLI
+with --quick and produces every key. No assertion here is about speed: the
+numbers belong to the benchmark, not to the tests."""
 
 import pytest
 
+from bench_helpers import assert_figure, bench_json
 from pyxdp.bench import runner as bench
 
 pytestmark = pytest.mark.root
 
-FIGURE_KEYS = {"median", "min", "max", "rounds", "values"}
-FIGURES = ["zerolayer_dps", "pass_counter_dps", "xdp_ratio", "xsk_fps", "udp_fps",
-           "delivery_ratio", "xsk_lost", "udp_lost"]
-PER_FRAME_COUNT = ["parser_ns", "pass_floor_ns", "parser_ratio"]
+PARSER_KEYS = ["parser_ns", "pass_floor_ns", "parser_ratio", "parser_method"]
+XDP_KEYS = ["xdp_mode", "xdp_load", "zerolayer_dps", "pass_counter_dps", "xdp_ratio",
+            "generator_pps", "generator_sent", "seen_by_dut"]
+DELIVERY_KEYS = ["xsk_mode", "delivery_frames_offered", "xsk_fps", "udp_fps", "delivery_ratio",
+                 "xsk_lost", "udp_lost", "delivery_last_round"]
+# docs/spec.md §5.9, in order
+DEFAULT_KEYS = ["machine", "quick", *PARSER_KEYS, *XDP_KEYS, *DELIVERY_KEYS, "targets",
+                "duration_s"]
 
 
-def assert_figure(fig, rounds):
-    assert set(fig) == FIGURE_KEYS
-    assert fig["rounds"] == rounds == len(fig["values"])
-    assert fig["min"] <= fig["median"] <= fig["max"]
+def check_parser(report: dict, rounds: int) -> None:
+    for key in PARSER_KEYS[:3]:
+        assert list(report[key]) == ["1", "4", "16"]
+        for fig in report[key].values():
+            assert_figure(fig, rounds)
+    for n in ("1", "4", "16"):  # not speed: that each figure measured something that ran
+        assert report["parser_ns"][n]["median"] > 0 and report["pass_floor_ns"][n]["median"] > 0
+
+
+def check_xdp(report: dict, rounds: int) -> None:
+    for key in ("zerolayer_dps", "pass_counter_dps", "xdp_ratio"):
+        assert_figure(report[key], rounds)
+    assert report["xdp_mode"] == "native"
+    assert 0 < report["seen_by_dut"] <= report["generator_sent"]
+    assert report["zerolayer_dps"]["median"] > 0 and report["pass_counter_dps"]["median"] > 0
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    from cli_runner import run_cli
-
     plot = tmp_path_factory.mktemp("bench") / "bench.png"
-    proc = run_cli("bench", "--quick", "--json", "--plot", plot)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout), plot, proc.stderr
+    report, progress = bench_json("--quick", "--plot", plot)
+    return report, plot, progress
 
 
-def test_quick_bench_produces_every_key(quick_run):
-    report, _, progress = quick_run
+def test_the_default_run_produces_every_key_in_order(quick_run):
+    report, plot, progress = quick_run
+    assert list(report) == [*DEFAULT_KEYS, "plot"]
     assert report["quick"] is True
-    for key in PER_FRAME_COUNT:
-        assert list(report[key]) == ["1", "4", "16"]
-        for fig in report[key].values():
-            assert_figure(fig, bench.QUICK.parser_rounds)
-    for key in FIGURES[:3]:
-        assert_figure(report[key], bench.QUICK.xdp_rounds)
-    for key in FIGURES[3:]:
+    check_parser(report, bench.QUICK.parser_rounds)
+    check_xdp(report, bench.QUICK.xdp_rounds)
+    for key in ("xsk_fps", "udp_fps", "delivery_ratio", "xsk_lost", "udp_lost"):
         assert_figure(report[key], bench.QUICK.delivery_rounds)
-    assert report["xdp_mode"] == "native"
     assert report["xsk_mode"] in ("copy", "zero-copy")
-    assert 0 < report["seen_by_dut"] <= report["generator_sent"]
+    assert report["xsk_fps"]["median"] > 0 and report["udp_fps"]["median"] > 0
+    assert report["delivery_last_round"]["frames_offered"] == report["delivery_frames_offered"]
     assert {"kernel", "cpus", "arch"} <= set(report["machine"])
     assert [t["key"] for t in report["targets"]] == [
         "parser_ratio.4", "xdp_ratio", "delivery_ratio", "delivery_ratio"]
     assert all(isinstance(t["met"], bool) for t in report["targets"])
     # progress went to stderr, so stdout is one JSON document
-    assert "parser cost" in progress
+    assert "parser cost" in progress and "TCP relay" not in progress
 
 
-def test_quick_bench_measures_real_work(quick_run):
-    """Not speed: that each figure is a measurement of something that ran."""
-    report, _, _ = quick_run
-    for n in ("1", "4", "16"):
-        assert report["parser_ns"][n]["median"] > 0 and report["pass_floor_ns"][n]["median"] > 0
-    assert report["zerolayer_dps"]["median"] > 0 and report["pass_counter_dps"]["median"] > 0
-    assert report["xsk_fps"]["median"] > 0 and report["udp_fps"]["median"] > 0
-    assert report["delivery_last_round"]["frames_offered"] == report["delivery_frames_offered"]
-
-
-def test_quick_bench_draws_the_plot(quick_run):
+def test_the_default_run_draws_the_plot(quick_run):
     report, plot, _ = quick_run
     assert report["plot"] == str(plot)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_plot_that_cannot_be_written_is_refused_before_measuring(cli, tmp_path):
-    proc = cli("bench", "--quick", "--plot", tmp_path / "missing" / "b.png")
-    assert proc.returncode == 2 and "cannot write into" in proc.stderr
-    assert "parser cost" not in proc.stdout + proc.stderr
+def test_the_parser_section_alone():
+    report, progress = bench_json("--section", "parser", "--quick", "--rounds", "1")
+    assert list(report) == ["machine", "quick", *PARSER_KEYS, "targets", "duration_s"]
+    check_parser(report, 1)
+    assert [t["key"] for t in report["targets"]] == ["parser_ratio.4"]
+    assert "parser cost" in progress and "XDP path" not in progress
 
 
-def test_figures_and_targets():
-    fig = bench.figure([3, 1, 2])
-    assert (fig["median"], fig["min"], fig["max"], fig["rounds"]) == (2, 1, 3, 3)
-    report = {"parser_ratio": {"4": bench.figure([2.5])}, "xdp_ratio": bench.figure([0.9]),
-              "delivery_ratio": bench.figure([2.4])}
-    met = [(t["kind"], t["met"]) for t in bench.targets(report)]
-    assert met == [("target", False), ("target", True), ("target", True), ("goal", False)]
+def test_the_xdp_section_alone():
+    report, progress = bench_json("--section", "xdp", "--quick", "--rounds", "1")
+    assert list(report) == ["machine", "quick", *XDP_KEYS, "targets", "duration_s"]
+    check_xdp(report, 1)
+    assert [t["key"] for t in report["targets"]] == ["xdp_ratio"]
+    assert "XDP_PASS floor" not in progress and "parser cost" not in progress
+
+
+def test_the_text_report_numbers_the_sections_run(cli):
+    proc = cli("bench", "--section", "parser", "--quick", "--rounds", "1")
+    assert proc.returncode == 0, proc.stderr
+    headings = [ln for ln in proc.stdout.splitlines() if ln[:1].isdigit() and ". " in ln]
+    assert headings == ["1. Parser cost, ns per datagram, BPF_PROG_TEST_RUN"]
+    assert "target parser cost at 4 frames/datagram" in proc.stdout

@@ -67,7 +67,8 @@ def measure(token_program, pass_program, route, *, rounds: int, repeats=REPEATS)
         outcome = token_program.run(data)
         if outcome.counters["token_datagrams"] != 1 or outcome.counters["frames.token"] != n:
             raise ZerolayerError(f"the {n}-frame benchmark packet is not judged a token datagram")
-    results = {n: {"parser_ns": [], "pass_floor_ns": [], "ratio": []} for n in FRAME_COUNTS}
+    results: dict[int, dict[str, list[float]]] = {
+        n: {"parser_ns": [], "pass_floor_ns": [], "ratio": []} for n in FRAME_COUNTS}
     with pinned_to_one_cpu() as cpu:
         for r in range(rounds):
             for n, data in packets.items():

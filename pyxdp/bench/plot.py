@@ -1,18 +1,26 @@
-"""The PNG of `zerolayer bench --plot`: one panel per section, zerolayer's
-bar next to its floor, the median as the bar and min..max as the whisker."""
+"""The PNG of `zerolayer bench --plot`: one panel per section run,
+zerolayer's bar next to its floor, the median as the bar and min..max as
+the whisker.
 
-from pyxdp.bench.runner import figure_of
+matplotlib is the optional [plot] extra: it is imported only here, and only
+inside the functions, so that nothing else needs it installed."""
+
+import sys
+
+from pyxdp.bench.figures import figure_of
 from pyxdp.errors import ZerolayerError
 
 ZEROLAYER, FLOOR = "#1f77b4", "#b0b0b0"
 
 
 def require_matplotlib() -> None:
+    """Raise, saying how to install it, unless matplotlib can be imported."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ZerolayerError(
-            "--plot needs matplotlib: /opt/zerolayer/venv/bin/pip install matplotlib"
+            "--plot needs matplotlib, zerolayer's optional [plot] extra: "
+            f"{sys.executable} -m pip install 'matplotlib>=3.7,<4'"
         ) from None
 
 
@@ -25,45 +33,85 @@ def _bar(ax, x, fig, color, label, scale=1.0):
     ax.annotate(text, (x, top), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
 
 
+def _verdicts(report, key) -> str:
+    return "; ".join(f"{t['kind']} {t['bound']}: {'met' if t['met'] else 'MISSED'}"
+                     for t in report["targets"] if t["key"] == key)
+
+
 def _ratio_note(ax, report, key, text):
     """The ratio under a panel, with each target and goal on it and whether it was met."""
     fig = figure_of(report, key)
-    verdicts = [f"{t['kind']} {t['bound']}: {'met' if t['met'] else 'MISSED'}"
-                for t in report["targets"] if t["key"] == key]
+    assert fig is not None  # a panel is drawn only for a section that ran
     ax.set_xlabel(f"{text}{fig['median']:.2f}x (min {fig['min']:.2f}, max {fig['max']:.2f})\n"
-                  + "; ".join(verdicts), fontsize=8)
+                  + _verdicts(report, key), fontsize=8)
+
+
+def _parser_panel(ax, report):
+    counts = list(report["parser_ns"])
+    for i, n in enumerate(counts):
+        _bar(ax, i - 0.2, report["parser_ns"][n], ZEROLAYER, "zerolayer" if i == 0 else None)
+        _bar(ax, i + 0.2, report["pass_floor_ns"][n], FLOOR, "XDP_PASS floor" if i == 0 else None)
+    ax.set_xticks(range(len(counts)), [f"{n} frame{'s' if n != '1' else ''}" for n in counts])
+    ax.set_title("Parser cost, ns per datagram (lower is better)", fontsize=10)
+    _ratio_note(ax, report, "parser_ratio.4", "ratio at 4 frames: ")
+    ax.legend(fontsize=8)
+
+
+def _xdp_panel(ax, report):
+    _bar(ax, 0, report["zerolayer_dps"], ZEROLAYER, None, 1e6)
+    _bar(ax, 1, report["pass_counter_dps"], FLOOR, None, 1e6)
+    ax.set_xticks([0, 1], ["zerolayer", "count-and-pass"])
+    ax.set_title(f"XDP path on veth ({report['xdp_mode']}), M datagrams/s", fontsize=10)
+    _ratio_note(ax, report, "xdp_ratio", "ratio: ")
+
+
+def _delivery_panel(ax, report):
+    _bar(ax, 0, report["xsk_fps"], ZEROLAYER, None, 1e6)
+    _bar(ax, 1, report["udp_fps"], FLOOR, None, 1e6)
+    ax.set_xticks([0, 1], [f"AF_XDP ({report['xsk_mode']})", "UDP recv_into"])
+    ax.set_title("Delivery into Python, M frames/s", fontsize=10)
+    _ratio_note(ax, report, "delivery_ratio", "ratio: ")
+
+
+def _relay_panel(ax, report):
+    results = report["relay"]["results"]
+    counts = [n for n in results if {"sockmap", "asyncio"} <= results[n]["ways"].keys()]
+    ratios, verdicts = [], []
+    for i, n in enumerate(counts):
+        ways = results[n]["ways"]
+        _bar(ax, i - 0.2, ways["sockmap"]["frames_per_s"], ZEROLAYER,
+             "sockmap relay" if i == 0 else None, 1e6)
+        _bar(ax, i + 0.2, ways["asyncio"]["frames_per_s"], FLOOR,
+             "asyncio relay" if i == 0 else None, 1e6)
+        key = f"relay.results.{n}.sockmap_ratio.throughput_vs_asyncio"
+        ratio = figure_of(report, key)
+        if ratio is not None:
+            ratios.append(f"{n}: {ratio['median']:.2f}x")
+            verdicts.append(f"{n}: {_verdicts(report, key)}")
+    ax.set_xticks(range(len(counts)), [f"{n} stream{'s' if n != '1' else ''}" for n in counts])
+    ax.set_title("TCP relay on loopback, M frames/s", fontsize=10)
+    ax.set_xlabel("ratio by streams, " + ", ".join(ratios) + "\n" + "; ".join(verdicts),
+                  fontsize=8)
+    if counts:
+        ax.legend(fontsize=8)
+
+
+# Each section's panel, and the key of the report that says the section ran.
+PANELS = [("parser_ns", _parser_panel), ("zerolayer_dps", _xdp_panel),
+          ("xsk_fps", _delivery_panel), ("relay", _relay_panel)]
 
 
 def write(report: dict, path: str) -> None:
-    """Draw REPORT (the dict of pyxdp.bench.run) into PATH."""
+    """Draw REPORT (the dict of pyxdp.bench.runner.run) into PATH."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    fig, (parser, xdp, delivery) = plt.subplots(1, 3, figsize=(14, 5))
-
-    counts = list(report["parser_ns"])
-    for i, n in enumerate(counts):
-        _bar(parser, i - 0.2, report["parser_ns"][n], ZEROLAYER, "zerolayer" if i == 0 else None)
-        _bar(parser, i + 0.2, report["pass_floor_ns"][n], FLOOR,
-             "XDP_PASS floor" if i == 0 else None)
-    parser.set_xticks(range(len(counts)), [f"{n} frame{'s' if n != '1' else ''}" for n in counts])
-    parser.set_title("Parser cost, ns per datagram (lower is better)", fontsize=10)
-    _ratio_note(parser, report, "parser_ratio.4", "ratio at 4 frames: ")
-    parser.legend(fontsize=8)
-
-    _bar(xdp, 0, report["zerolayer_dps"], ZEROLAYER, None, 1e6)
-    _bar(xdp, 1, report["pass_counter_dps"], FLOOR, None, 1e6)
-    xdp.set_xticks([0, 1], ["zerolayer", "count-and-pass"])
-    xdp.set_title(f"XDP path on veth ({report['xdp_mode']}), M datagrams/s", fontsize=10)
-    _ratio_note(xdp, report, "xdp_ratio", "ratio: ")
-
-    _bar(delivery, 0, report["xsk_fps"], ZEROLAYER, None, 1e6)
-    _bar(delivery, 1, report["udp_fps"], FLOOR, None, 1e6)
-    delivery.set_xticks([0, 1], [f"AF_XDP ({report['xsk_mode']})", "UDP recv_into"])
-    delivery.set_title("Delivery into Python, M frames/s", fontsize=10)
-    _ratio_note(delivery, report, "delivery_ratio", "ratio: ")
+    panels = [draw for key, draw in PANELS if key in report]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.7 * len(panels), 5), squeeze=False)
+    for ax, draw in zip(axes[0], panels):
+        draw(ax, report)
 
     m = report["machine"]
     where = f"{m.get('cpu_model') or m['arch']}, {m['cpus']} CPUs, Linux {m['kernel']}"

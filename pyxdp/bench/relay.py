@@ -15,7 +15,8 @@ what is measured:
 The CPU time of each process and the host's busy fraction are reported, to
 show which part ran out of CPU.
 
-Two phases per way and stream count (1 and 64 concurrent streams):
+Two phases per way and stream count (by default 1 and 64 concurrent
+streams):
 - flood: a fixed number of frames (split over the streams) as fast as they
   go; frames/s from the first byte received to the last DONE, and latency
   under that load (mostly time queued on the way);
@@ -25,20 +26,20 @@ Rounds interleave the three ways; each figure is the median of the rounds
 (cpu_s is the last round's), and ratios are taken within a round (the
 machine is shared and noisy).
 
-run() returns the report; `python -m pyxdp.bench.relay [--quick]` prints it
-as JSON.
+This is the `relay` section of `zerolayer bench`: measure() returns what
+it reports under `relay`, targets() the section's targets.
 """
 
 import json
-import multiprocessing
 import os
 import selectors
 import socket
 import struct
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from pyxdp.bench.figures import figure
 from pyxdp.proto import frames
 from pyxdp.proto.frames import FrameType
 from pyxdp.relay import sockets as relay_sockets
@@ -56,11 +57,10 @@ class Plan:
     streams: tuple[int, ...] = (1, 64)
     paced_rate: int = 10_000  # frames/s, all streams together
     flood_batch: int = 256
-    quick: bool = False
 
 
 FULL = Plan(rounds=5, flood_frames=2_000_000, paced_s=2.0)
-QUICK = Plan(rounds=1, flood_frames=200_000, paced_s=0.2, quick=True)
+QUICK = Plan(rounds=1, flood_frames=200_000, paced_s=0.2)
 
 
 # --- the generator process ------------------------------------------------------------
@@ -71,7 +71,7 @@ class _Stream:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.inbuf = b""
-        self.params: dict | None = None
+        self.params: dict = {}  # the REQUEST's, once it came
         self.out = b""
         self.sent = 0
         self.end = 0.0
@@ -158,7 +158,7 @@ def _gen_read(st: _Stream) -> bool:
     if not data:
         return False
     st.inbuf += data
-    if st.params is None:
+    if not st.params:
         for frame in frames.StreamDecoder().feed(st.inbuf):
             if frame.type is FrameType.REQUEST:
                 st.start(json.loads(frame.payload))
@@ -199,6 +199,18 @@ def _receiver_main(conn) -> None:
             conn.send({"error": f"{type(exc).__name__}: {exc}"})
 
 
+@dataclass
+class _Received:
+    """What the receiver knows of one stream."""
+
+    sock: socket.socket
+    carry: bytes = b""  # the start of a frame, completed by the next recv
+    tokens: int = 0
+    sent: int | None = None  # the count its DONE carried
+    first: int | None = None  # monotonic ns of its first recv
+    last: int = 0  # and of the recv that completed its DONE
+
+
 def _receive(address: str, streams: int, params: dict, timeout: float) -> dict:
     import numpy as np
 
@@ -206,15 +218,17 @@ def _receive(address: str, streams: int, params: dict, timeout: float) -> dict:
     request = frames.encode(FrameType.REQUEST, json.dumps(params))
     socks = [relay_sockets.connect(address) for _ in range(streams)]
     sel = selectors.DefaultSelector()
-    state = {}
+    state: dict[int, _Received] = {}
     for s in socks:
         s.sendall(request)
         s.setblocking(False)
         sel.register(s, selectors.EVENT_READ)
-        state[s.fileno()] = {"carry": b"", "tokens": 0, "sent": None, "first": None}
+        state[s.fileno()] = _Received(s)
     buf = bytearray(1 << 20)
     view = memoryview(buf)
-    latencies, errors, open_streams = [], [], len(socks)
+    latencies: list = []
+    errors: list[str] = []
+    open_streams = len(socks)
     deadline = time.monotonic() + timeout
     try:
         while open_streams:
@@ -223,18 +237,18 @@ def _receive(address: str, streams: int, params: dict, timeout: float) -> dict:
                 break
             for key, _ in sel.select(1.0):
                 st = state[key.fd]
-                n = key.fileobj.recv_into(view)
+                n = st.sock.recv_into(view)
                 now = time.monotonic_ns()
                 if n == 0:
                     errors.append("stream ended before its DONE")
-                    sel.unregister(key.fileobj)
+                    sel.unregister(st.sock)
                     open_streams -= 1
                     continue
-                if st["first"] is None:
-                    st["first"] = now
-                data = st["carry"] + bytes(view[:n]) if st["carry"] else view[:n]
+                if st.first is None:
+                    st.first = now
+                data = st.carry + bytes(view[:n]) if st.carry else view[:n]
                 whole = len(data) // FRAME_LEN
-                st["carry"] = bytes(data[whole * FRAME_LEN:])
+                st.carry = bytes(data[whole * FRAME_LEN:])
                 if not whole:
                     continue
                 arr = np.frombuffer(data, dtype=rec, count=whole)
@@ -243,25 +257,26 @@ def _receive(address: str, streams: int, params: dict, timeout: float) -> dict:
                 if (arr["len"] != 8).any() or (tokens["type"] != FrameType.TOKEN).any():
                     errors.append("a partial, merged or foreign frame was delivered")
                 tokens_n = len(tokens)
-                st["tokens"] += tokens_n
+                st.tokens += tokens_n
                 if tokens_n:
                     latencies.append(now - tokens["val"].astype(np.int64))
                 if last_done:
-                    st["sent"], st["last"] = int(arr["val"][-1]), now
-                    if st["carry"]:
+                    st.sent, st.last = int(arr["val"][-1]), now
+                    if st.carry:
                         errors.append("bytes after DONE")
-                    sel.unregister(key.fileobj)
+                    sel.unregister(st.sock)
                     open_streams -= 1
     finally:
         for s in socks:
             s.close()
-    done = [st for st in state.values() if st["sent"] is not None]
-    received = sum(st["tokens"] for st in done)
-    sent = sum(st["sent"] for st in done)
+    done = [st for st in state.values() if st.sent is not None]
+    received = sum(st.tokens for st in done)
+    sent = sum(st.sent or 0 for st in done)
     if received != sent:
         errors.append(f"{sent - received} frames sent were not received")
     lat = np.concatenate(latencies) if latencies else np.zeros(1, dtype=np.int64)
-    span_ns = (max(st["last"] for st in done) - min(st["first"] for st in done)) if done else 0
+    firsts = [st.first for st in done if st.first is not None]  # all of them: DONE came in a recv
+    span_ns = max(st.last for st in done) - min(firsts) if firsts else 0
     p50, p99, p999 = np.percentile(lat, [50, 99, 99.9]) / 1000
     return {
         "frames": received,
@@ -326,6 +341,7 @@ def _own_cpu_s() -> float:
 
 
 def _one(way: str, streams: int, phase: str, plan: Plan, address: str, workers: dict) -> dict:
+    params: dict[str, float]
     if phase == "flood":
         params = {"frames": plan.flood_frames // streams, "batch": plan.flood_batch, "interval": 0}
         seconds = 60.0
@@ -356,17 +372,15 @@ def _one(way: str, streams: int, phase: str, plan: Plan, address: str, workers: 
     return result
 
 
-def run(quick: bool = False, progress=lambda line: None, plan: Plan | None = None) -> dict:
-    """Measure; returns the report (see the module doc). Needs root (the
-    sockmap relay) and loopback."""
-    from pyxdp.bench.runner import figure, machine
+def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: None) -> dict:
+    """Measure as PLAN says; returns the `relay` section of the bench report
+    (see the module doc). Needs root (the sockmap relay) and loopback."""
+    import multiprocessing
+
     from pyxdp.relay.sockmap_relay import Relay, serve_in_thread
 
-    plan = plan or (QUICK if quick else FULL)
-    started = time.monotonic()
     ctx = multiprocessing.get_context("spawn")  # no fork of a process holding bcc and threads
-    workers: dict = {}
-    relay = thread = None
+    workers: dict[str, _Worker] = {}
     runs = []
     try:
         workers["generator"] = _Worker(ctx, _generator_main)
@@ -378,43 +392,41 @@ def run(quick: bool = False, progress=lambda line: None, plan: Plan | None = Non
         # The flood outruns any relay: its backlog must not count as a slow reader.
         relay = Relay("127.0.0.1:0", upstream, max_pairs=max(plan.streams),
                       max_backlog=2 * plan.flood_frames * FRAME_LEN)
-        thread = serve_in_thread(relay)
-        addresses["sockmap"] = relay.address
-        for r in range(plan.rounds):
-            for streams in plan.streams:
-                for phase in ("flood", "paced"):
-                    for way in WAYS:
-                        progress(f"round {r + 1}/{plan.rounds}: {streams} stream"
-                                 f"{'s' if streams > 1 else ''}, {phase}, {way}")
-                        res = _one(way, streams, phase, plan, addresses[way], workers)
-                        runs.append({"round": r, "streams": streams, "phase": phase, "way": way,
-                                     **res})
-        relay_stats = relay.stats()
-    finally:
-        if relay is not None:
-            relay.stop()
-            thread.join(10)
+        try:
+            thread = serve_in_thread(relay)
+            try:
+                addresses["sockmap"] = relay.address
+                for r in range(plan.rounds):
+                    for streams in plan.streams:
+                        for phase in ("flood", "paced"):
+                            for way in WAYS:
+                                progress(f"round {r + 1}/{plan.rounds}: {streams} stream"
+                                         f"{'s' if streams > 1 else ''}, {phase}, {way}")
+                                res = _one(way, streams, phase, plan, addresses[way], workers)
+                                runs.append({"round": r, "streams": streams, "phase": phase,
+                                             "way": way, **res})
+                relay_stats = relay.stats()
+            finally:
+                relay.stop()
+                thread.join(10)
+        finally:
             relay.close()
+    finally:
         for worker in workers.values():
             worker.stop()
-    report = {
-        "machine": machine(),
-        "quick": plan.quick,
-        "load": {"frame_bytes": FRAME_LEN, "payload_bytes": 8,
+    return {
+        "load": {"frame_bytes": FRAME_LEN, "payload_bytes": 8, "streams": list(plan.streams),
                  "flood_batch": plan.flood_batch, "flood_frames": plan.flood_frames,
                  "paced_rate": plan.paced_rate, "paced_s": plan.paced_s, "rounds": plan.rounds},
-        "results": _summarize(runs, plan, figure),
+        "results": _summarize(runs, plan),
         "sockmap_relay": {"pairs": relay_stats["pairs"], "closed": relay_stats["closed"],
                           "malformed": relay_stats["counters"]["malformed"]},
         "errors": sorted({e for run_ in runs for e in run_["errors"]}),
         "runs": runs,
     }
-    report["targets"] = _targets(report, plan)
-    report["duration_s"] = round(time.monotonic() - started, 1)
-    return report
 
 
-def _summarize(runs: list[dict], plan: Plan, figure) -> dict:
+def _summarize(runs: list[dict], plan: Plan) -> dict:
     """Per stream count: each way's figures, and the within-round ratios."""
     out = {}
     for streams in plan.streams:
@@ -458,35 +470,23 @@ def _per_round(runs, streams, phase, key, other) -> list[float]:
     return out or [0.0]
 
 
-def _targets(report: dict, plan: Plan) -> list[dict]:
+def targets(section: dict, prefix: str = "") -> list[dict]:
+    """The relay's targets against SECTION (what measure() returned), per
+    stream count measured; a key is PREFIX plus the ratio's path in SECTION."""
     out = []
-    for streams in plan.streams:
-        ratios = report["results"][str(streams)]["sockmap_ratio"]
+    for streams, result in section["results"].items():
+        ratios = result["sockmap_ratio"]
         if not ratios:
             continue
         tput = ratios["throughput_vs_asyncio"]["median"]
         p99 = ratios["paced_p99_vs_asyncio"]["median"]
-        out.append({"what": f"frames/s through the sockmap relay against the asyncio relay, "
-                            f"{streams} stream{'s' if streams > 1 else ''}",
-                    "key": f"results.{streams}.sockmap_ratio.throughput_vs_asyncio",
+        n = f"{streams} stream{'s' if streams != '1' else ''}"
+        out.append({"what": f"frames/s through the sockmap relay against the asyncio relay, {n}",
+                    "kind": "target",
+                    "key": f"{prefix}results.{streams}.sockmap_ratio.throughput_vs_asyncio",
                     "bound": ">= 3.0", "measured": round(tput, 3), "met": tput >= 3.0})
-        out.append({"what": f"p99 frame latency (paced load) against the asyncio relay, "
-                            f"{streams} stream{'s' if streams > 1 else ''}",
-                    "key": f"results.{streams}.sockmap_ratio.paced_p99_vs_asyncio",
+        out.append({"what": f"p99 frame latency (paced load) against the asyncio relay, {n}",
+                    "kind": "target",
+                    "key": f"{prefix}results.{streams}.sockmap_ratio.paced_p99_vs_asyncio",
                     "bound": "< 1.0", "measured": round(p99, 3), "met": 0 < p99 < 1.0})
     return out
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if set(argv) - {"--quick"}:
-        print("usage: python -m pyxdp.bench.relay [--quick]", file=sys.stderr)
-        return 2
-    report = run(quick="--quick" in argv, progress=lambda line: print(line, file=sys.stderr))
-    json.dump(report, sys.stdout, indent=1)
-    print()
-    return 0 if not report["errors"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,33 +1,47 @@
-"""`zerolayer bench`: every performance figure zerolayer quotes, measured in
-one run on a lab it builds itself, each against its floor side by side.
+"""`zerolayer bench`: every performance figure zerolayer quotes, each
+against its floor side by side, in sections run one after the other.
 
-1. Parser cost (pyxdp.bench.parser): ns per datagram, zerolayer's program
-   against an XDP_PASS-only program, through BPF_PROG_TEST_RUN, for 1, 4
-   and 16 frames per datagram.
-2. XDP path throughput on veth (pyxdp.bench.xdp_path): datagrams/s counted by
-   zerolayer against a count-and-pass program, under the same generator load.
-3. Delivery into Python (pyxdp.bench.delivery): frames/s and frames lost,
-   AF_XDP against a UDP socket.
+- parser (pyxdp.bench.parser): parser cost in ns per datagram, zerolayer's
+  program against an XDP_PASS-only program, through BPF_PROG_TEST_RUN, for
+  1, 4 and 16 frames per datagram.
+- xdp (pyxdp.bench.xdp_path): XDP path throughput on veth, datagrams/s
+  counted by zerolayer against a count-and-pass program, under the same
+  generator load.
+- delivery (pyxdp.bench.delivery): delivery into Python, frames/s and
+  frames lost, AF_XDP against a UDP socket.
+- relay (pyxdp.bench.relay): the TCP relay, frames/s and frame latency
+  through the sockmap relay against the asyncio relay and a direct
+  connection, on loopback.
 
-Every figure is the median of several rounds, with the min and the max;
-ratios are taken within a round, then their median. Quick mode (for CI) runs
-every section with fewer and shorter rounds: it produces every key, and its
-numbers are not meant to be quoted.
+The first three share one veth lab, built for the run, with zerolayer
+attached to its dut0; the relay needs none. Without a choice, the first
+three run. Every figure is the median of several rounds, with the min and
+the max; ratios are taken within a round, then their median. Quick mode
+(for CI) runs each section with fewer and shorter rounds: it produces every
+key, and its numbers are not meant to be quoted.
 """
 
+import dataclasses
 import os
 import platform
-import statistics
 import time
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
+from pyxdp.bench import DEFAULT_SECTIONS, SECTIONS
 from pyxdp.bench import delivery as bench_delivery
 from pyxdp.bench import parser as bench_parser
+from pyxdp.bench import relay as bench_relay
 from pyxdp.bench import xdp_path as bench_xdp
+from pyxdp.bench.figures import figure, figure_of
 from pyxdp.lab import generator
 from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.xdp import loader, pins
 from pyxdp.xdp.testrun import PassProgram, TokenProgram
+
+LAB_SECTIONS = ("parser", "xdp", "delivery")
+
+Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -40,15 +54,40 @@ class Plan:
     xdp_chunk: int
     delivery_rounds: int
     delivery_frames: int
+    relay: bench_relay.Plan
     quick: bool
 
 
 FULL = Plan(parser_rounds=5, parser_repeats=bench_parser.REPEATS, xdp_rounds=10,
             xdp_settle_s=0.05, xdp_window_s=0.3, xdp_chunk=bench_xdp.CHUNK,
-            delivery_rounds=5, delivery_frames=bench_delivery.FRAMES, quick=False)
+            delivery_rounds=5, delivery_frames=bench_delivery.FRAMES,
+            relay=bench_relay.FULL, quick=False)
 QUICK = Plan(parser_rounds=2, parser_repeats=bench_parser.QUICK_REPEATS, xdp_rounds=2,
              xdp_settle_s=0.02, xdp_window_s=0.1, xdp_chunk=bench_xdp.QUICK_CHUNK,
-             delivery_rounds=2, delivery_frames=bench_delivery.QUICK_FRAMES, quick=True)
+             delivery_rounds=2, delivery_frames=bench_delivery.QUICK_FRAMES,
+             relay=bench_relay.QUICK, quick=True)
+
+
+def plan(quick: bool = False, *, rounds: int | None = None,
+         delivery_frames: int | None = None, relay_streams: Iterable[int] = (),
+         relay_frames: int | None = None) -> Plan:
+    """FULL or QUICK, with what is given in place of its own: ROUNDS for
+    every section, the datagrams offered per delivery round, the relay's
+    stream counts and the frames of a relay flood (all streams together)."""
+    base = QUICK if quick else FULL
+    relay = base.relay
+    streams = tuple(dict.fromkeys(relay_streams))  # in the order given, once each
+    if streams:
+        relay = dataclasses.replace(relay, streams=streams)
+    if relay_frames is not None:
+        relay = dataclasses.replace(relay, flood_frames=relay_frames)
+    if rounds is not None:
+        base = dataclasses.replace(base, parser_rounds=rounds, xdp_rounds=rounds,
+                                   delivery_rounds=rounds)
+        relay = dataclasses.replace(relay, rounds=rounds)
+    if delivery_frames is not None:
+        base = dataclasses.replace(base, delivery_frames=delivery_frames)
+    return dataclasses.replace(base, relay=relay)
 
 
 @dataclass(frozen=True)
@@ -71,17 +110,10 @@ TARGETS = [
 ]
 
 
-def figure(values) -> dict:
-    """The median of the rounds, with min, max and the rounds themselves."""
-    values = [float(v) for v in values]
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "rounds": len(values), "values": [round(v, 4) for v in values]}
-
-
 def machine() -> dict:
     """What the figures were measured on."""
-    info = {"kernel": platform.release(), "arch": platform.machine(), "cpus": os.cpu_count(),
-            "python": platform.python_version()}
+    info: dict = {"kernel": platform.release(), "arch": platform.machine(),
+                  "cpus": os.cpu_count(), "python": platform.python_version()}
     try:
         with open("/proc/cpuinfo") as f:
             lines = f.read().splitlines()
@@ -99,38 +131,71 @@ def machine() -> dict:
     return info
 
 
-def run(quick: bool = False, progress=lambda line: None) -> dict:
-    plan = QUICK if quick else FULL
+def _quiet(line: str) -> None:
+    pass
+
+
+def run(sections: Collection[str] = DEFAULT_SECTIONS, plan: Plan = FULL,
+        progress: Progress = _quiet) -> dict:
+    """Run SECTIONS (names of SECTIONS, in any order; they run and report
+    in SECTIONS' order) as PLAN says; returns the report (docs/spec.md §5.9)."""
+    unknown = set(sections) - set(SECTIONS)
+    if unknown or not sections:
+        raise ValueError(f"bench sections are some of {', '.join(SECTIONS)}, not "
+                         f"{', '.join(sorted(unknown)) or 'none'}")
     started = time.monotonic()
-    lab_mod.sweep_stale()
-    report = {"machine": machine(), "quick": plan.quick}
-
-    progress("compiling the programs (zerolayer, XDP_PASS floor, count-and-pass, generator)")
-    floor, counter = PassProgram(), bench_xdp.CountProgram()
-    with lab_mod.Lab() as lab:
-        gen = generator.LiveGenerator(lab.peer.ifname, lab.peer.netns)
-        # Attached once: every section uses this program (the delivery
-        # section needs its pinned XSKMAP), so it is compiled once.
-        loader.attach(lab.dut.ifname, mode=bench_xdp.MODE, netns=lab.dut.netns)
-        try:
-            token = TokenProgram(pin_dir=pins.pin_dir(lab.dut.ifname, lab.dut.netns))
-            _sections(report, plan, lab, token, floor, counter, gen, progress)
-        finally:
-            loader.detach(lab.dut.ifname, lab.dut.netns)
-
+    report: dict = {"machine": machine(), "quick": plan.quick}
+    if any(s in sections for s in LAB_SECTIONS):
+        _lab_sections(report, sections, plan, progress)
+    if "relay" in sections:
+        r = plan.relay
+        progress(f"TCP relay: {r.rounds} round{'s' if r.rounds > 1 else ''} of "
+                 f"{', '.join(map(str, r.streams))} streams, sockmap against asyncio and "
+                 "direct, on loopback")
+        report["relay"] = bench_relay.measure(r, progress)
     report["targets"] = targets(report)
     report["duration_s"] = round(time.monotonic() - started, 1)
     return report
 
 
-def _sections(report, plan, lab, token, floor, counter, gen, progress) -> None:
-    """The three sections, side by side on one lab, into REPORT."""
+def _lab_sections(report: dict, sections: Collection[str], plan: Plan,
+                  progress: Progress) -> None:
+    """The sections that run on a veth lab with zerolayer attached to dut0,
+    side by side on one lab, into REPORT. Each program is compiled once, and
+    only if a section chosen needs it."""
+    lab_mod.sweep_stale()
+    needs_gen = "xdp" in sections or "delivery" in sections
+    progress("compiling the programs (" + ", ".join(
+        ["zerolayer"] + (["XDP_PASS floor"] if "parser" in sections else [])
+        + (["count-and-pass"] if "xdp" in sections else [])
+        + (["generator"] if needs_gen else [])) + ")")
+    floor = PassProgram() if "parser" in sections else None
+    counter = bench_xdp.CountProgram() if "xdp" in sections else None
+    with lab_mod.Lab() as lab:
+        gen = generator.LiveGenerator(lab.peer.ifname, lab.peer.netns) if needs_gen else None
+        # Attached once: every section uses this program (the delivery
+        # section needs its pinned XSKMAP), so it is compiled once.
+        loader.attach(lab.dut.ifname, mode=bench_xdp.MODE, netns=lab.dut.netns)
+        try:
+            token = TokenProgram(pin_dir=pins.pin_dir(lab.dut.ifname, lab.dut.netns))
+            if floor is not None:
+                report.update(_parser(plan, lab, token, floor, progress))
+            if counter is not None and gen is not None:
+                report.update(_xdp(plan, lab, token, counter, gen, progress))
+            if "delivery" in sections and gen is not None:
+                report.update(_delivery(plan, lab, gen, progress))
+        finally:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+def _parser(plan: Plan, lab, token: TokenProgram, floor: PassProgram,
+            progress: Progress) -> dict:
     progress(f"parser cost: {plan.parser_rounds} rounds, BPF_PROG_TEST_RUN, "
              f"{plan.parser_repeats[0]:,}..{plan.parser_repeats[-1]:,} repetitions")
     parser = bench_parser.measure(token, floor, lab, rounds=plan.parser_rounds,
                                   repeats=plan.parser_repeats)
     by = parser["by_frames"]
-    report.update({
+    return {
         "parser_ns": {str(n): figure(r["parser_ns"]) for n, r in by.items()},
         "pass_floor_ns": {str(n): figure(r["pass_floor_ns"]) for n, r in by.items()},
         "parser_ratio": {str(n): figure(r["ratio"]) for n, r in by.items()},
@@ -139,15 +204,18 @@ def _sections(report, plan, lab, token, floor, counter, gen, progress) -> None:
             f"({plan.parser_repeats[0]:,}..{plan.parser_repeats[-1]:,}), pinned to CPU "
             f"{parser['cpu']}; IPv4 UDP datagrams of N 16-byte TOKEN frames"
         ),
-    })
+    }
 
+
+def _xdp(plan: Plan, lab, token: TokenProgram, counter: bench_xdp.CountProgram,
+         gen: generator.LiveGenerator, progress: Progress) -> dict:
     progress(f"XDP path on veth: {plan.xdp_rounds} rounds of two {plan.xdp_window_s} s "
              "windows, generator flat out")
     load = generator.Mix.single(bench_parser.packet(lab, 4))
     xdp = bench_xdp.measure(lab, token, counter, gen, load, rounds=plan.xdp_rounds,
                             settle_s=plan.xdp_settle_s, window_s=plan.xdp_window_s,
                             chunk=plan.xdp_chunk)
-    report.update({
+    return {
         "xdp_mode": xdp["mode"],
         "xdp_load": "IPv4 UDP datagrams of 4 16-byte TOKEN frames",
         "zerolayer_dps": figure(xdp["zerolayer_dps"]),
@@ -156,12 +224,15 @@ def _sections(report, plan, lab, token, floor, counter, gen, progress) -> None:
         "generator_pps": round(xdp["generator_pps"], 1),
         "generator_sent": xdp["generator_sent"],
         "seen_by_dut": xdp["seen_by_dut"],
-    })
+    }
 
-    progress(f"delivery into Python: {plan.delivery_rounds} rounds, AF_XDP and a UDP socket")
+
+def _delivery(plan: Plan, lab, gen: generator.LiveGenerator, progress: Progress) -> dict:
+    progress(f"delivery into Python: {plan.delivery_rounds} rounds of "
+             f"{plan.delivery_frames:,} datagrams, AF_XDP and a UDP socket")
     delivery = bench_delivery.measure(lab, gen, rounds=plan.delivery_rounds,
                                       frames=plan.delivery_frames)
-    report.update({
+    return {
         "xsk_mode": delivery["xsk_mode"],
         "delivery_frames_offered": plan.delivery_frames,
         "xsk_fps": figure(delivery["xsk_fps"]),
@@ -170,25 +241,21 @@ def _sections(report, plan, lab, token, floor, counter, gen, progress) -> None:
         "xsk_lost": figure(delivery["xsk_lost"]),
         "udp_lost": figure(delivery["udp_lost"]),
         "delivery_last_round": delivery["last_round"],
-    })
-
-
-def figure_of(report: dict, key: str) -> dict | None:
-    """The figure a target's KEY names ("parser_ratio.4": the 4-frame entry)."""
-    key, _, frames = key.partition(".")
-    fig = report.get(key)
-    return fig[frames] if fig is not None and frames else fig
+    }
 
 
 def targets(report: dict) -> list[dict]:
-    """Each target and goal of the issue, with the median measured against it."""
+    """Each target and goal of the sections in REPORT, with the median
+    measured against it; the relay's come from pyxdp.bench.relay."""
     out = []
     for t in TARGETS:
         fig = figure_of(report, t.key)
-        measured = fig["median"] if fig else None
-        met = None
-        if measured is not None:
-            met = measured <= t.bound if t.op == "<=" else measured >= t.bound
+        if fig is None:
+            continue  # its section did not run
+        measured = fig["median"]
+        met = measured <= t.bound if t.op == "<=" else measured >= t.bound
         out.append({"what": t.what, "kind": t.kind, "key": t.key, "bound": f"{t.op} {t.bound}",
                     "measured": measured, "met": met})
+    if "relay" in report:
+        out += bench_relay.targets(report["relay"], prefix="relay.")
     return out

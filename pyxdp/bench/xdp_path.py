@@ -47,6 +47,8 @@ class CountProgram:
     def packets(self) -> int:
         ncpus = bpfsys.possible_cpus()
         raw = bpfsys.map_lookup(self._map_fd, bytes(4), 8 * ncpus)
+        if raw is None:  # an array's entry 0 is always there
+            raise ZerolayerError("the count-and-pass program's counter map has no entry 0")
         return counters.from_percpu(raw, ncpus, fields=("packets",))["packets"]
 
 
@@ -57,7 +59,8 @@ class _Pump:
         self._gen, self._mix, self._chunk, self._cpu = gen, mix, chunk, cpu
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zerolayer-generator", daemon=True)
-        self.sent, self.elapsed, self.error = 0, 0.0, None
+        self.sent, self.elapsed = 0, 0.0
+        self.error: Exception | None = None
 
     def _run(self) -> None:
         start = time.monotonic()
@@ -109,7 +112,7 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
         "zerolayer": (token_program.prog_fd, lambda: token_program.maps.read_counters()["packets"]),
         "pass_counter": (count_program.prog_fd, count_program.packets),
     }
-    out = {"zerolayer_dps": [], "pass_counter_dps": [], "ratio": []}
+    out: dict[str, list[float]] = {"zerolayer_dps": [], "pass_counter_dps": [], "ratio": []}
     before = {name: count() for name, (_, count) in contenders.items()}
     attached = "zerolayer"  # the bench attached it; it is left attached at the end
 

@@ -29,8 +29,8 @@ socket, the namespace's Udp MIB (/proc/net/snmp) for the UDP socket,
 zerolayer's XDP counters for what never reached either; `unexplained` is
 the rest, 0 when the accounting is complete.
 
-`run()` returns the dict `zerolayer bench` builds on; `python -m
-pyxdp.bench.xsk_vs_udp [FRAMES]` prints it.
+`run()` returns the dict the `delivery` section of `zerolayer bench` builds
+on (pyxdp.bench.delivery runs it once per round).
 """
 
 import os
@@ -41,16 +41,14 @@ import threading
 import time
 
 from pyxdp.lab import traffic
-from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.lab.generator import LiveGenerator
 from pyxdp.proto import counters
 from pyxdp.proto import frames as frames_mod
-from pyxdp.xdp import loader, pins
+from pyxdp.xdp import pins
 from pyxdp.xdp.maps import ZerolayerMaps
 from pyxdp.xdp.ownership import inspect
 from pyxdp.xsk.socket import XskSocket
 
-DEFAULT_FRAMES = 1_000_000
 TARGET_RATIO, GOAL_RATIO = 2.0, 3.0
 IDLE_S = 0.25  # the generator is done and nothing came for this long: the run is over
 MAX_BATCH = 256
@@ -67,21 +65,11 @@ SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # root may exceed rmem_m
 CONSUMER_BOUND_LOSS = 0.001
 
 
-def run(frames: int = DEFAULT_FRAMES, *, payload_size: int = 16, lab=None,
-        generator: LiveGenerator | None = None) -> dict:
-    """Measure both consumers under FRAMES offered datagrams. Builds a lab
-    (and attaches zerolayer) unless given one where zerolayer is attached;
-    a GENERATOR in that lab's peer namespace may be passed in for reuse."""
-    if lab is None:
-        with lab_mod.Lab() as own:
-            loader.attach(own.dut.ifname, netns=own.dut.netns)
-            try:
-                return run(frames, payload_size=payload_size, lab=own)
-            finally:
-                loader.detach(own.dut.ifname, own.dut.netns)
+def run(frames: int, *, lab, generator: LiveGenerator, payload_size: int = 16) -> dict:
+    """Measure both consumers under FRAMES offered datagrams, on LAB where
+    zerolayer is attached to dut0, from GENERATOR in LAB's peer namespace."""
     payload = frames_mod.encode(frames_mod.FrameType.TOKEN, b"t" * payload_size)
     packet = bytes(traffic.udp_packet(lab, payload, sport=40000))
-    generator = generator or LiveGenerator(lab.peer.ifname, lab.peer.netns)
     cpus = _cpu_pair()
     udp = _measure(lab, generator, packet, frames, cpus, _UdpConsumer)
     xsk = _measure(lab, generator, packet, frames, cpus, _XskConsumer)
@@ -266,15 +254,3 @@ class _XskConsumer:
     def close(self) -> None:
         self.xsk.close()
 
-
-def main(argv=None) -> None:
-    import json
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    count = int(args[0]) if args else DEFAULT_FRAMES
-    print(json.dumps(run(count), indent=2))
-
-
-if __name__ == "__main__":
-    main()

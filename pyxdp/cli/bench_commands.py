@@ -1,12 +1,17 @@
 """`zerolayer bench` and `zerolayer replay`: measurements and traffic, each on
-a lab it builds itself (or, for replay, into an interface you name)."""
+a lab it builds itself (or, for the bench's relay section, on loopback; for
+replay, into an interface you name)."""
 
 import os
 
 import click
 
+from pyxdp.bench import DEFAULT_SECTIONS, SECTIONS
+from pyxdp.bench import delivery as bench_delivery
+from pyxdp.bench import relay as bench_relay
 from pyxdp.cli.options import json_option, netns_option
 from pyxdp.cli.render import emit_json, table
+from pyxdp.errors import ZerolayerError
 from pyxdp.human import number
 from pyxdp.kernel.privileges import preflight
 
@@ -18,23 +23,49 @@ def _check_writable(path: str) -> None:
 
 
 @click.command()
+@click.option("--section", "sections", metavar="NAME", multiple=True,
+              type=click.Choice(SECTIONS),
+              help=f"Run this section; repeat for more ({', '.join(SECTIONS)}). "
+                   f"Default: {', '.join(DEFAULT_SECTIONS)}.")
 @json_option()
 @click.option("--plot", "plot_path", metavar="FILE.png", default=None,
-              help="Also draw the results, side by side, into a PNG.")
+              help="Also draw the results, side by side, into a PNG (needs the [plot] extra).")
 @click.option("--quick", is_flag=True,
               help="Fewer, shorter rounds: every figure, none worth quoting (for CI).")
-def bench(as_json, plot_path, quick):
-    """Measure zerolayer against its floors, side by side, on a veth lab."""
-    from pyxdp.bench import runner as bench_mod
-
-    preflight("zerolayer bench")
+@click.option("--rounds", metavar="N", type=click.IntRange(1, 1000), default=None,
+              help="Rounds of every section run (default: each section's own).")
+@click.option("--delivery-frames", metavar="N", type=click.IntRange(min=1000), default=None,
+              help=f"delivery: datagrams offered per round (default {bench_delivery.FRAMES:,}; "
+                   f"{bench_delivery.QUICK_FRAMES:,} with --quick).")
+@click.option("--relay-streams", metavar="N", type=click.IntRange(1, 256), multiple=True,
+              help="relay: concurrent streams of a run; repeat for more (default "
+                   f"{' and '.join(map(str, bench_relay.FULL.streams))}).")
+@click.option("--relay-frames", metavar="N", type=click.IntRange(min=1000), default=None,
+              help="relay: frames of a flood, all streams together (default "
+                   f"{bench_relay.FULL.flood_frames:,}; {bench_relay.QUICK.flood_frames:,} "
+                   "with --quick).")
+def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, relay_streams,
+          relay_frames):
+    """Measure zerolayer against its floors, side by side: on a veth lab it
+    builds itself (sections parser, xdp, delivery) and on loopback (relay)."""
+    sections = sections or DEFAULT_SECTIONS
+    for given, option, section in [(delivery_frames is not None, "--delivery-frames", "delivery"),
+                                   (relay_streams, "--relay-streams", "relay"),
+                                   (relay_frames is not None, "--relay-frames", "relay")]:
+        if given and section not in sections:
+            raise click.UsageError(f"{option} goes with --section {section}")
     if plot_path:
         from pyxdp.bench.plot import require_matplotlib
 
         _check_writable(plot_path)
         require_matplotlib()  # before minutes of measuring, not after
+    from pyxdp.bench import runner as bench_mod
+
+    preflight("zerolayer bench")
+    plan = bench_mod.plan(quick, rounds=rounds, delivery_frames=delivery_frames,
+                          relay_streams=relay_streams, relay_frames=relay_frames)
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
-    report = bench_mod.run(quick=quick, progress=say)
+    report = bench_mod.run(sections, plan, progress=say)
     if plot_path:
         from pyxdp.bench.plot import write
 
@@ -42,11 +73,15 @@ def bench(as_json, plot_path, quick):
         report["plot"] = plot_path
     if as_json:
         emit_json(report)
-        return
-    click.echo("")
-    click.echo(_render(report))
-    if plot_path:
-        click.echo(f"\nplot: {plot_path}")
+    else:
+        click.echo("")
+        click.echo(_render(report))
+        if plot_path:
+            click.echo(f"\nplot: {plot_path}")
+    errors = report.get("relay", {}).get("errors")
+    if errors:
+        raise ZerolayerError(f"the relay section went wrong ({len(errors)} error"
+                             f"{'s' if len(errors) > 1 else ''}): {'; '.join(errors)}")
 
 
 def _fig(f, fmt="{:,.1f}") -> list[str]:
@@ -58,44 +93,82 @@ def _render(r: dict) -> str:
     where = (f"{m.get('cpu_model') or m['arch']}, {m['cpus']} CPUs, Linux {m['kernel']}"
              + (", virtualized" if m.get("virtualized") else ""))
     out = [f"zerolayer bench{' (quick: not for quoting)' if r['quick'] else ''} on {where}, "
-           f"{r['duration_s']} s; medians of rounds, with min and max", ""]
+           f"{r['duration_s']} s; medians of rounds, with min and max"]
+    sections = [(key, draw) for key, draw in RENDERERS if key in r]
+    for i, (_, draw) in enumerate(sections, 1):
+        out += ["", f"{i}. " + draw(r)]
 
-    out.append("1. Parser cost, ns per datagram, BPF_PROG_TEST_RUN")
-    out.append(f"   ({r['parser_method']})")
+    out += ["", "Targets"]
+    for t in r["targets"]:
+        verdict = "met" if t["met"] else "not reached" if t["kind"] == "goal" else "MISSED"
+        out.append(f"  {t['kind']:<6} {t['what']}: {t['bound']}x, "
+                   f"measured {t['measured']:.2f}x: {verdict}")
+    return "\n".join(out)
+
+
+def _parser(r: dict) -> str:
     rows = []
     for n in r["parser_ns"]:
         rows.append([n, *_fig(r["parser_ns"][n]), *_fig(r["pass_floor_ns"][n]),
                      *_fig(r["parser_ratio"][n], "{:.2f}x")])
-    out.append(table(["FRAMES", "ZEROLAYER", "MIN", "MAX", "XDP_PASS", "MIN", "MAX",
-                      "RATIO", "MIN", "MAX"], rows))
+    return "\n".join([
+        "Parser cost, ns per datagram, BPF_PROG_TEST_RUN",
+        f"   ({r['parser_method']})",
+        table(["FRAMES", "ZEROLAYER", "MIN", "MAX", "XDP_PASS", "MIN", "MAX",
+               "RATIO", "MIN", "MAX"], rows)])
 
-    out += ["", f"2. XDP path on veth, {r['xdp_mode']} mode, datagrams/s counted on dut0 "
-                f"({r['xdp_load']})"]
-    out.append(table(["PROGRAM", "MEDIAN", "MIN", "MAX"], [
-        ["zerolayer", *_fig(r["zerolayer_dps"], "{:,.0f}")],
-        ["count-and-pass", *_fig(r["pass_counter_dps"], "{:,.0f}")],
-        ["ratio", *_fig(r["xdp_ratio"], "{:.2f}x")],
-    ]))
-    out.append(f"generator: {r['generator_pps']:,.0f} frames/s flat out; dut0 saw "
-               f"{number(r['seen_by_dut'])} of {number(r['generator_sent'])} frames sent")
 
-    out += ["", f"3. Delivery into Python, frames/s ({number(r['delivery_frames_offered'])} "
-                "offered per round)"]
-    out.append(table(["CONSUMER", "MEDIAN", "MIN", "MAX", "LOST (MEDIAN)"], [
-        [f"AF_XDP ({r['xsk_mode']} mode)", *_fig(r["xsk_fps"], "{:,.0f}"),
-         number(r["xsk_lost"]["median"])],
-        ["UDP socket recv_into", *_fig(r["udp_fps"], "{:,.0f}"), number(r["udp_lost"]["median"])],
-        ["ratio", *_fig(r["delivery_ratio"], "{:.2f}x"), ""],
-    ]))
+def _xdp(r: dict) -> str:
+    return "\n".join([
+        f"XDP path on veth, {r['xdp_mode']} mode, datagrams/s counted on dut0 ({r['xdp_load']})",
+        table(["PROGRAM", "MEDIAN", "MIN", "MAX"], [
+            ["zerolayer", *_fig(r["zerolayer_dps"], "{:,.0f}")],
+            ["count-and-pass", *_fig(r["pass_counter_dps"], "{:,.0f}")],
+            ["ratio", *_fig(r["xdp_ratio"], "{:.2f}x")],
+        ]),
+        f"generator: {r['generator_pps']:,.0f} frames/s flat out; dut0 saw "
+        f"{number(r['seen_by_dut'])} of {number(r['generator_sent'])} frames sent"])
 
-    out += ["", "Targets"]
-    for t in r["targets"]:
-        verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
-        if t["kind"] == "goal" and t["met"] is False:
-            verdict = "not reached"
-        measured = "-" if t["measured"] is None else f"{t['measured']:.2f}x"
-        out.append(f"  {t['kind']:<6} {t['what']}: {t['bound']}x, measured {measured}: {verdict}")
+
+def _delivery(r: dict) -> str:
+    return "\n".join([
+        f"Delivery into Python, frames/s ({number(r['delivery_frames_offered'])} "
+        "offered per round)",
+        table(["CONSUMER", "MEDIAN", "MIN", "MAX", "LOST (MEDIAN)"], [
+            [f"AF_XDP ({r['xsk_mode']} mode)", *_fig(r["xsk_fps"], "{:,.0f}"),
+             number(r["xsk_lost"]["median"])],
+            ["UDP socket recv_into", *_fig(r["udp_fps"], "{:,.0f}"),
+             number(r["udp_lost"]["median"])],
+            ["ratio", *_fig(r["delivery_ratio"], "{:.2f}x"), ""],
+        ])])
+
+
+def _relay(r: dict) -> str:
+    relay = r["relay"]
+    load = relay["load"]
+    out = [f"TCP relay on loopback, {load['frame_bytes']}-byte frames: frames/s flooding "
+           f"{number(load['flood_frames'])} frames, p99 latency in us flooding and at "
+           f"{number(load['paced_rate'])} frames/s (paced)"]
+    for streams, result in relay["results"].items():
+        rows = [[way, *_fig(f["frames_per_s"], "{:,.0f}"),
+                 f"{f['flood_latency_us']['p99']['median']:,.0f}",
+                 f"{f['paced_latency_us']['p99']['median']:,.0f}"]
+                for way, f in result["ways"].items()]
+        ratio = result["sockmap_ratio"]
+        if ratio:
+            rows.append(["sockmap/asyncio", *_fig(ratio["throughput_vs_asyncio"], "{:.2f}x"),
+                         f"{ratio['flood_p99_vs_asyncio']['median']:.2f}x",
+                         f"{ratio['paced_p99_vs_asyncio']['median']:.2f}x"])
+        out += [f"{streams} stream{'s' if streams != '1' else ''}:",
+                table(["WAY", "FRAMES/S", "MIN", "MAX", "FLOOD P99", "PACED P99"], rows)]
+    if relay["errors"]:
+        out.append("errors: " + "; ".join(relay["errors"]))
     return "\n".join(out)
+
+
+# Each section's text, and the key of the report that says the section ran.
+RENDERERS = [("parser_ns", _parser), ("zerolayer_dps", _xdp), ("xsk_fps", _delivery),
+             ("relay", _relay)]
 
 
 @click.command()

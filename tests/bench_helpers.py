@@ -1,0 +1,31 @@
+"""Helpers shared by the `zerolayer bench` tests: the bench run as a user
+runs it, and the shape of its figures."""
+
+import json
+
+from cli_runner import run_cli
+
+FIGURE_KEYS = {"median", "min", "max", "rounds", "values"}
+
+
+def bench_json(*args) -> tuple[dict, str]:
+    """`zerolayer bench --json ARGS`: the report, and the progress lines (stderr)."""
+    proc = run_cli("bench", "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr
+
+
+def assert_figure(fig: dict, rounds: int) -> None:
+    assert set(fig) == FIGURE_KEYS
+    assert fig["rounds"] == rounds == len(fig["values"])
+    assert fig["min"] <= fig["median"] <= fig["max"]
+
+
+def usage_error(proc) -> str:
+    """The one line that says what was wrong with a `zerolayer bench` usage
+    (click's format: the usage, a hint, then `Error: ...`), exit 2."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and not proc.stdout, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error: ")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
