@@ -11,12 +11,17 @@
  * an earlier repetition wrote into it. */
 #include <uapi/linux/bpf.h>
 
-/* pyxdp/lab/generator.py mirrors these: change both together. */
-#define ZL_GEN_MAX_LEN 1536 /* >= 1500-byte MTU + Ethernet + two VLAN tags */
-#define ZL_GEN_TEMPLATES 16
-#define ZL_GEN_SLOTS 4096
-#define ZL_ETH_HLEN 14
+/* From the loader (pyxdp/lab/generator_maps.py and pyxdp/proto/ethernet.py,
+ * through pyxdp.xdp.compiler.shared_defines): the longest template
+ * (ZL_GEN_MAX_LEN), how many templates (ZL_GEN_TEMPLATES) and schedule slots
+ * (ZL_GEN_SLOTS), and the shortest frame, an Ethernet header (ZL_ETH_HLEN). */
+#if !defined(ZL_GEN_MAX_LEN) || !defined(ZL_GEN_TEMPLATES) || !defined(ZL_GEN_SLOTS) || \
+	!defined(ZL_ETH_HLEN)
+#error "the generator's sizes are defined by the loader (docs/spec.md section 7.2)"
+#endif
 
+/* Map values: pyxdp/lab/generator_maps.py has them field by field (change
+ * both together; tests/test_layouts.py compares them). */
 struct zl_gen_template {
 	__u32 len;
 	__u8 data[ZL_GEN_MAX_LEN];

@@ -11,7 +11,7 @@
 struct zl_walk {
 	__u64 type_counts;   /* packed as zl_counts.h says */
 	__u64 payload_bytes;
-	__u32 reason;        /* enum zl_reason */
+	__u32 reason;        /* ZL_VALID or a reason (zl_consts.h) */
 };
 
 /* Judges one frame header and steps *OFF past the frame. ZL_VALID means

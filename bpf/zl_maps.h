@@ -1,11 +1,19 @@
 /* The maps. With ZL_PIN_DIR defined (by the loader, per interface) each map
  * is pinned there, or reused if already pinned: that is how an in-place
  * upgrade keeps its counters, its configuration and registered AF_XDP
- * sockets. Without it (BPF_PROG_TEST_RUN fixtures) the maps are private. */
+ * sockets. Without it (BPF_PROG_TEST_RUN fixtures) the maps are private.
+ *
+ * Their sizes come from the loader (pyxdp/xdp/maps.py, through
+ * pyxdp.xdp.compiler.shared_defines): ZL_PORT_SLOTS, ZL_XSKS_MAX,
+ * ZL_FLOWS_MAX. */
 #ifndef ZL_MAPS_H
 #define ZL_MAPS_H
 
 #include "zl_structs.h"
+
+#if !defined(ZL_PORT_SLOTS) || !defined(ZL_XSKS_MAX) || !defined(ZL_FLOWS_MAX)
+#error "the map sizes are defined by the loader (docs/spec.md section 7.2)"
+#endif
 
 #ifdef ZL_PIN_DIR
 #define ZL_MAP(type, key, value, name, entries, pin) \
@@ -24,17 +32,17 @@ ZL_MAP("percpu_array", __u32, struct zl_counters, zl_counters, 1, "counters");
 ZL_MAP("array", __u32, struct zl_config, zl_config, 1, "config");
 
 /* Token ports: non-zero at index P when UDP destination port P carries
- * frames. An array, not a hash: its lookup is inlined by the verifier. */
-ZL_MAP("array", __u32, __u8, zl_ports, 65536, "ports");
+ * frames, one slot per port. An array, not a hash: its lookup is inlined by
+ * the verifier. */
+ZL_MAP("array", __u32, __u8, zl_ports, ZL_PORT_SLOTS, "ports");
 
-/* AF_XDP sockets keyed by rx queue index. */
+/* AF_XDP sockets keyed by rx queue index, for queues below ZL_XSKS_MAX. */
 ZL_XSKMAP(zl_xsks, ZL_XSKS_MAX, "xsks");
 
 /* Per-flow token cadence (zl_flows.h). An LRU hash: adding a flow to a
- * full table evicts the least recently used one. Allocated up front:
- * bpftool shows memlock 5,768,064 bytes (352 per flow, 5.5 MiB) per
- * interface on 6.18. */
-#define ZL_FLOWS_MAX 16384
+ * full table evicts the least recently used one. Allocated up front: with
+ * 16384 flows, bpftool shows memlock 5,768,064 bytes (352 per flow,
+ * 5.5 MiB) per interface on 6.18. */
 ZL_MAP("lru_hash", struct zl_flow_key, struct zl_flow, zl_flows, ZL_FLOWS_MAX, "flows");
 
 /* The interface's gap histogram, one element per CPU. */

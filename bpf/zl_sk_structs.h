@@ -1,25 +1,33 @@
-/* Layouts the TCP frame relay shares with userspace. pyxdp/relay/datapath.py
- * mirrors them field by field: change both together. */
+/* Layouts the TCP frame relay shares with userspace. Python has each field
+ * by field (the Layouts of pyxdp/relay/schema.py and pyxdp/relay/datapath.py):
+ * change both together; tests/test_layouts.py compares them with these as
+ * bcc compiles them. Every padding byte is a named field.
+ *
+ * From the loader (pyxdp.xdp.compiler.shared_defines, from
+ * pyxdp.relay.schema.REASONS), as zl_consts.h says: why the parser broke a
+ * stream, 1..ZL_SK_REASONS (zl_sk_counters.malformed[reason - 1]):
+ *   ZL_SK_UNKNOWN_TYPE  a frame header with an unknown type
+ *   ZL_SK_OVERSIZE      a frame longer than zl_sk_config.max_length
+ *   ZL_SK_DESYNC        the parser could not place a frame in the buffer it
+ *                       was given: a kernel whose stream parser behaves
+ *                       unlike the one this was written for. Never expected;
+ *                       counted so that it cannot go unseen. Also a socket
+ *                       with no zl_sk_conns entry.
+ */
 #ifndef ZL_SK_STRUCTS_H
 #define ZL_SK_STRUCTS_H
 
 #include "zl_consts.h"
 
+#if !defined(ZL_SK_UNKNOWN_TYPE) || !defined(ZL_SK_OVERSIZE) || !defined(ZL_SK_DESYNC) || \
+	!defined(ZL_SK_REASONS)
+#error "the relay's reasons are defined by the loader (docs/spec.md section 7.2)"
+#endif
+
 /* Frames per stream-parser message, at most: a bound for the parser's walk.
  * Each type's count in a message is kept in 8 bits. */
 #define ZL_SK_BATCH 64
 _Static_assert(ZL_SK_BATCH < 256, "ZL_SK_BATCH must fit 8 bits");
-
-/* Why the parser broke a stream (zl_sk_counters.malformed[reason - 1]). */
-enum zl_sk_reason {
-	ZL_SK_UNKNOWN_TYPE = 1,
-	ZL_SK_OVERSIZE = 2,
-	/* The parser could not place a frame in the buffer it was given: a
-	 * kernel whose stream parser behaves unlike the one this was written
-	 * for. Never expected; counted so that it cannot go unseen. */
-	ZL_SK_DESYNC = 3,
-};
-#define ZL_SK_REASONS 3
 
 /* One per CPU; userspace sums them. Every field only ever grows. */
 struct zl_sk_counters {
@@ -52,7 +60,7 @@ struct zl_sk_conn {
 	__u32 seen_end;     /* just past the last byte the parser was shown */
 	__u32 msg_off;      /* the current message's offset in the parser's skb */
 	__u32 msg_len;      /* its length; 0 while its first header is incomplete */
-	__u32 broken;       /* enum zl_sk_reason the parser broke the stream for */
+	__u32 broken;       /* the ZL_SK_* reason the parser broke the stream for */
 	__u8 started;       /* first_seq is set */
 	__u8 in_msg;        /* a message has started and not been redirected */
 	__u8 pad[6];

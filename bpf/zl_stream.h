@@ -20,7 +20,6 @@
 #define ZL_STREAM_H
 
 #include <uapi/linux/bpf.h>
-#include <uapi/asm-generic/errno.h>
 
 #include "zl_consts.h"
 #include "zl_counts.h"
@@ -29,21 +28,28 @@
 
 /* What a parser's negative return becomes: the stream parser stops and sets
  * it as the socket's error, where the relay reads it (SO_ERROR) as the
- * reason. EMSGSIZE is also what the stream parser itself reports for a
- * frame longer than the socket's receive buffer. */
+ * reason. Each reason's errno, ZL_SK_ERRNO_<reason>, comes from the loader
+ * (pyxdp.relay.schema.ERRNO_REASONS; the table is in docs/spec.md section
+ * 4.2). Oversize's, EMSGSIZE, is also what the stream parser itself reports
+ * for a frame longer than the socket's receive buffer. */
+#if !defined(ZL_SK_ERRNO_UNKNOWN_TYPE) || !defined(ZL_SK_ERRNO_OVERSIZE) || \
+	!defined(ZL_SK_ERRNO_DESYNC)
+#error "the relay's errnos are defined by the loader (docs/spec.md section 7.2)"
+#endif
+
 static __always_inline int zl_sk_errno(__u32 reason)
 {
 	switch (reason) {
 	case ZL_SK_UNKNOWN_TYPE:
-		return -EBADMSG;
+		return -ZL_SK_ERRNO_UNKNOWN_TYPE;
 	case ZL_SK_OVERSIZE:
-		return -EMSGSIZE;
+		return -ZL_SK_ERRNO_OVERSIZE;
 	default:
-		return -EPROTO;
+		return -ZL_SK_ERRNO_DESYNC;
 	}
 }
 
-/* Judges a frame header: 0 when valid, or an enum zl_sk_reason. The loader
+/* Judges a frame header: 0 when valid, or a ZL_SK_* reason. The loader
  * keeps max_length below 2^31 - 5, so a frame's length fits the parser's
  * int return. */
 static __always_inline __u32 zl_stream_judge(__u32 len, __u8 type, __u32 max_length)

@@ -1,9 +1,24 @@
-/* Layouts shared with userspace. pyxdp/xdp/maps.py mirrors these field by field:
- * change both together. */
+/* Layouts shared with userspace. Python has each field by field (the Layouts
+ * of pyxdp/proto/counters.py and pyxdp/xdp/maps.py): change both together;
+ * tests/test_layouts.py compares them with these as bcc compiles them.
+ * Every padding byte is a named field.
+ *
+ * From the loader (pyxdp.xdp.compiler.shared_defines), as zl_consts.h says:
+ *   ZL_CONFIG_FLOWS  the zl_config.flags bit that turns per-flow tracking on
+ *   ZL_GAP_BUCKETS   token gaps are counted in log2 microsecond buckets:
+ *                    bucket 0 holds gaps under 1 us, bucket k (1..20) holds
+ *                    [2^(k-1), 2^k) us, the last holds 2^20 us (1.05 s)
+ *                    and longer. pyxdp/xdp/flows.py gap_bucket() is the
+ *                    reference.
+ */
 #ifndef ZL_STRUCTS_H
 #define ZL_STRUCTS_H
 
 #include "zl_consts.h"
+
+#if !defined(ZL_CONFIG_FLOWS) || !defined(ZL_GAP_BUCKETS)
+#error "ZL_CONFIG_FLOWS and ZL_GAP_BUCKETS are defined by the loader (docs/spec.md section 7.2)"
+#endif
 
 /* One per CPU; userspace sums them. Every field only ever grows. */
 struct zl_counters {
@@ -15,26 +30,20 @@ struct zl_counters {
 	__u64 payload_bytes;    /* frame payload bytes in token datagrams */
 	__u64 redirected;       /* token datagrams sent to an AF_XDP socket */
 	__u64 fallback_passed;  /* token datagrams passed: no socket on the queue */
-	__u64 malformed[ZL_REASONS]; /* by enum zl_reason - 1 */
+	__u64 malformed[ZL_REASONS]; /* by reason - 1 (zl_consts.h) */
 	__u64 malformed_dropped;
 	__u64 malformed_passed;
 };
 
-/* zl_config.flags. Every bit's zero is the default, so a fresh map and one
- * pinned before the flags existed (the field was reserved, zero) agree.
- * Per-flow tracking is opt-in: it reads the clock and updates a hash per
- * token datagram, several times what parsing the datagram costs. */
-#define ZL_CONFIG_FLOWS (1U << 0) /* per-flow tracking on */
-
+/* zl_config.flags (ZL_CONFIG_FLOWS). Every bit's zero is the default, so a
+ * fresh map and one pinned before the flags existed (the field was
+ * reserved, zero) agree. Per-flow tracking is opt-in: it reads the clock and
+ * updates a hash per token datagram, several times what parsing the
+ * datagram costs. */
 struct zl_config {
-	__u32 on_malformed; /* enum zl_policy */
+	__u32 on_malformed; /* ZL_MALFORMED_DROP or ZL_MALFORMED_PASS */
 	__u32 flags;        /* ZL_CONFIG_* */
 };
-
-/* Token gaps in log2 microsecond buckets: bucket 0 holds gaps under 1 us,
- * bucket k (1..20) holds [2^(k-1), 2^k) us, the last holds 2^20 us
- * (1.05 s) and longer. pyxdp/xdp/flows.py gap_bucket() is the reference. */
-#define ZL_GAP_BUCKETS 22
 
 /* A flow: one sender's token frames to one port. */
 struct zl_flow_key {

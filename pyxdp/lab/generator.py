@@ -19,30 +19,27 @@ a tenth of a second's worth at full speed and sleeping between them.
 GeneratorRun reports the rate actually achieved.
 """
 
-import struct
 import time
 from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys, netns
 from pyxdp.lab import traffic
+from pyxdp.lab.generator_maps import (
+    GENERATOR_MAPS,
+    GENERATOR_PROGRAM,
+    INDEX,
+    MAX_SLOTS,
+    MAX_TEMPLATE_LEN,
+    MAX_TEMPLATES,
+    STATE,
+    TEMPLATE,
+    XDP_MD,
+)
 from pyxdp.proto import counters, frames, judge
-from pyxdp.proto.ethernet import LINK_L2_OVERHEAD
+from pyxdp.proto.ethernet import ETH_HLEN, LINK_L2_OVERHEAD
 from pyxdp.xdp import compiler, netlink
 
-GENERATOR_PROGRAM = ("xdp_tx.c", "xdp_tx_gen")
-GENERATOR_MAPS = {"templates": "zl_gen_templates", "schedule": "zl_gen_schedule",
-                  "state": "zl_gen_state"}
-# Mirrors of bpf/xdp_tx.c
-MAX_TEMPLATE_LEN = 1536
-MAX_TEMPLATES = 16
-MAX_SLOTS = 4096
-TEMPLATE = struct.Struct(f"=I{MAX_TEMPLATE_LEN}s")
-STATE = struct.Struct("=IIQ")  # slots, next, errors
-INDEX = struct.Struct("=I")
-
-# struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
-XDP_MD = struct.Struct("=IIIIII")
 # The kernel's limit on frames per batch (it allocates a page each).
 MAX_BATCH = 256
 # A paced run sends a tenth of a second's worth per call; a flat-out run
@@ -68,9 +65,10 @@ class Mix:
         if set(self.schedule) != set(range(len(self.templates))):
             raise ZerolayerError("every template of a mix must be scheduled, and nothing else")
         for t in self.templates:
-            if not 14 <= len(t) <= MAX_TEMPLATE_LEN:
+            if not ETH_HLEN <= len(t) <= MAX_TEMPLATE_LEN:
                 raise ZerolayerError(
-                    f"a {len(t)}-byte template: the generator sends 14-{MAX_TEMPLATE_LEN} bytes"
+                    f"a {len(t)}-byte template: the generator sends "
+                    f"{ETH_HLEN}-{MAX_TEMPLATE_LEN} bytes"
                 )
 
     @classmethod

@@ -7,24 +7,32 @@ nest() gives the JSON shape.
 
 import struct
 
-FRAME_LABELS = ("request", "token", "done", "ping", "pong")
+from pyxdp.cstruct import Layout
+from pyxdp.proto.frames import FRAME_TYPES
+
+FRAME_LABELS = tuple(t.label for t in FRAME_TYPES)  # by type value: request..pong
+# Why a datagram is malformed. The C numbers them from 1 in this order
+# (ZL_SHORT_HEADER = 1...: pyxdp.xdp.compiler.shared_defines) and counts
+# reason N at malformed[N - 1].
 REASONS = ("short_header", "truncated", "unknown_type", "too_many_frames")
 
-# Field order of struct zl_counters. Change both together.
-FIELDS = (
-    "packets",
-    "other",
-    "fragments",
-    "token_datagrams",
-    *(f"frames.{t}" for t in FRAME_LABELS),
-    "payload_bytes",
-    "redirected",
-    "fallback_passed",
-    *(f"malformed.{r}" for r in REASONS),
-    "malformed_dropped",
-    "malformed_passed",
+# struct zl_counters (bpf/zl_structs.h): change both together.
+LAYOUT = Layout(
+    "zl_counters",
+    ("packets", "Q"),
+    ("other", "Q"),
+    ("fragments", "Q"),
+    ("token_datagrams", "Q"),
+    ("frames", f"{len(FRAME_LABELS)}Q"),
+    ("payload_bytes", "Q"),
+    ("redirected", "Q"),
+    ("fallback_passed", "Q"),
+    ("malformed", f"{len(REASONS)}Q"),
+    ("malformed_dropped", "Q"),
+    ("malformed_passed", "Q"),
 )
-LAYOUT = struct.Struct(f"={len(FIELDS)}Q")
+# Its counters in order, flat: "frames.token", "malformed.truncated".
+FIELDS = LAYOUT.value_names(frames=FRAME_LABELS, malformed=REASONS)
 
 
 def zero() -> dict[str, int]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 HEADER = struct.Struct("!IB")
-HEADER_LEN = HEADER.size  # 5
+HEADER_LEN = HEADER.size  # 5; the C's ZL_FRAME_HDR_LEN (pyxdp.xdp.compiler.shared_defines)
 
 DEFAULT_PORT = 9977
 # The XDP walker's bound, shared with the C side: the loader passes it in as
@@ -20,6 +20,7 @@ MAX_FRAMES = 32
 DEFAULT_MAX_LENGTH = 1 << 20
 
 
+# The C numbers the types as here (ZL_FRAME_<NAME>), 1..ZL_FRAME_TYPES.
 class FrameType(IntEnum):
     REQUEST = 1
     TOKEN = 2

@@ -63,7 +63,10 @@ def judge_datagram(payload: bytes, max_frames: int = MAX_FRAMES) -> Judgement:
 
 # --- the packet around the datagram ---------------------------------------------
 
-IPPROTO_UDP, IPPROTO_FRAGMENT = 17, 44
+# The C parser gets these as ZL_IPPROTO_*, ZL_IP_MF and ZL_IP_OFFSET
+# (pyxdp.xdp.compiler.shared_defines).
+IPPROTO_UDP, IPPROTO_FRAGMENT = 17, 44  # IPv6's fragment extension header
+IP_MF, IP_OFFSET = 0x2000, 0x1FFF  # in IPv4's frag_off
 
 OTHER, FRAGMENT, UDP = "other", "fragment", "udp"
 
@@ -95,7 +98,7 @@ def classify_packet(pkt: bytes) -> Classified:
         if ver_ihl >> 4 != 4 or ver_ihl & 0xF < 5:
             return Classified(OTHER)
         (frag,) = struct.unpack_from("!H", pkt, off + 6)
-        if frag & 0x3FFF:  # MF or a fragment offset
+        if frag & (IP_MF | IP_OFFSET):
             return Classified(FRAGMENT)
         if pkt[off + 9] != IPPROTO_UDP:
             return Classified(OTHER)

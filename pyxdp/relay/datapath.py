@@ -17,12 +17,13 @@ import struct
 import time
 from dataclasses import dataclass
 
+from pyxdp.cstruct import Layout
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.kernel.privileges import require_bpf_admin
 from pyxdp.proto import counters, frames
 from pyxdp.relay import sockets as relay_sockets
-from pyxdp.relay.schema import FIELDS
+from pyxdp.relay.schema import FIELDS, LAYOUT
 from pyxdp.xdp import compiler
 
 RELAY_SOURCE = "sk_relay.c"
@@ -30,10 +31,23 @@ PARSER = "zl_sk_parser"
 VERDICT = "zl_sk_verdict"
 RELAY_MAPS = {"counters": "zl_sk_counters", "config": "zl_sk_config", "conns": "zl_sk_conns"}
 
-# Mirrors of bpf/zl_sk_structs.h: change both together.
-LAYOUT = struct.Struct(f"={len(FIELDS)}Q")  # struct zl_sk_counters
-CONFIG = struct.Struct("=II")  # struct zl_sk_config
-CONN = struct.Struct("=QQQIIIIIIBB6x")  # struct zl_sk_conn
+# bpf/zl_sk_structs.h (struct zl_sk_counters is schema.LAYOUT): change both together.
+CONFIG = Layout("zl_sk_config", ("max_length", "I"), ("reserved", "I"))
+CONN = Layout(
+    "zl_sk_conn",
+    ("peer", "Q"),
+    ("frame_bytes", "Q"),
+    ("msg_types", "Q"),
+    ("first_seq", "I"),
+    ("next_seq", "I"),
+    ("seen_end", "I"),
+    ("msg_off", "I"),
+    ("msg_len", "I"),
+    ("broken", "I"),
+    ("started", "B"),
+    ("in_msg", "B"),
+    ("pad", "6x"),
+)
 KEY = struct.Struct("=I")
 # SO_RCVLOWAT that keeps TCP from waking a socket's reader (the kernel caps
 # it at half the receive buffer).
@@ -41,6 +55,7 @@ _GATE_SHUT = 0x7FFFFFFF
 # A frame's whole length must fit the parser's int return.
 MAX_LENGTH_LIMIT = 0x7FFFFFFF - frames.HEADER_LEN
 COOKIE = relay_sockets.COOKIE
+
 
 @dataclass(frozen=True)
 class ConnState:
@@ -54,14 +69,14 @@ class ConnState:
     seen_end: int
     msg_off: int
     msg_len: int  # 0 while the current message's first header is incomplete
-    broken: int   # enum zl_sk_reason; 0 while the stream is whole
+    broken: int   # why the parser broke the stream: schema.REASONS index + 1; 0 while whole
     started: bool
     in_msg: bool
 
     @classmethod
     def unpack(cls, raw: bytes) -> "ConnState":
-        v = CONN.unpack(raw)
-        return cls(*v[:9], bool(v[9]), bool(v[10]))
+        v = dict(zip(CONN.value_names(), CONN.unpack(raw)))
+        return cls(**{**v, "started": bool(v["started"]), "in_msg": bool(v["in_msg"])})
 
 
 class RelayDataPath:

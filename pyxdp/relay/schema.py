@@ -3,17 +3,29 @@ counters of struct zl_sk_counters (bpf/zl_sk_structs.h) and why a relayed
 pair was closed. Userspace-only code (the asyncio relay, the CLI) reads
 them without loading the kernel side."""
 
+import errno
+
+from pyxdp.cstruct import Layout
 from pyxdp.proto import counters
 
-# Mirror of bpf/zl_sk_structs.h: change both together.
-REASONS = ("unknown_type", "oversize", "desync")  # enum zl_sk_reason - 1
-FIELDS = (
-    *(f"frames.{t}" for t in counters.FRAME_LABELS),
-    "payload_bytes",
-    "redirected",
-    "no_peer",
-    *(f"malformed.{r}" for r in REASONS),
+# Why the kernel's stream parser broke a stream. The C numbers them from 1
+# in this order (ZL_SK_UNKNOWN_TYPE = 1...: pyxdp.xdp.compiler.shared_defines)
+# and counts reason N at malformed[N - 1].
+REASONS = ("unknown_type", "oversize", "desync")
+# The socket error each reason becomes (the C's ZL_SK_ERRNO_*): what the
+# sockmap relay reads back with SO_ERROR (docs/spec.md §4.2).
+ERRNO_REASONS = {errno.EBADMSG: "unknown_type", errno.EMSGSIZE: "oversize", errno.EPROTO: "desync"}
+
+# struct zl_sk_counters (bpf/zl_sk_structs.h): change both together.
+LAYOUT = Layout(
+    "zl_sk_counters",
+    ("frames", f"{len(counters.FRAME_LABELS)}Q"),
+    ("payload_bytes", "Q"),
+    ("redirected", "Q"),
+    ("no_peer", "Q"),
+    ("malformed", f"{len(REASONS)}Q"),
 )
+FIELDS = LAYOUT.value_names(frames=counters.FRAME_LABELS, malformed=REASONS)
 
 # Why a relayed pair was closed. The first reason met wins; the BROKEN ones
 # are the peer's fault, and its connection is reset.

@@ -41,10 +41,7 @@ from pyxdp.proto import counters, frames
 from pyxdp.relay import sockets as relay_sockets
 from pyxdp.relay.asyncio_relay import AsyncioRelay
 from pyxdp.relay.datapath import ConnState, RelayDataPath
-from pyxdp.relay.schema import BROKEN, CLOSE_REASONS, FIELDS
-
-# What the stream parser's error on a socket means (bpf/zl_stream.h).
-ERRNO_REASONS = {errno.EBADMSG: "unknown_type", errno.EMSGSIZE: "oversize", errno.EPROTO: "desync"}
+from pyxdp.relay.schema import BROKEN, CLOSE_REASONS, ERRNO_REASONS, FIELDS
 
 _ENDED = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 _TICK = 0.002  # how often closing pairs are looked at

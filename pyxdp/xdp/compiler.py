@@ -1,6 +1,10 @@
 """Compile and load the C programs with bcc, and turn its failures into one
 line each.
 
+Every compile gets the constants the C shares with Python as -D
+definitions, made from the Python ones by shared_defines(): the C defines
+none of them itself, so the two cannot drift (docs/spec.md §7.2).
+
 bcc and clang write diagnostics and verifier logs straight to file
 descriptor 2. We point fd 2 at a log file while they run, keep that file when
 something fails, and name it in the one-line error.
@@ -17,7 +21,10 @@ from pathlib import Path
 from pyxdp.bpf import SOURCE_DIR
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
-from pyxdp.proto import frames
+from pyxdp.lab import generator_maps
+from pyxdp.proto import counters, ethernet, frames, judge
+from pyxdp.relay import schema
+from pyxdp.xdp import maps as token_maps
 
 TOKEN_PROGRAM = ("xdp_token.c", "zerolayer_xdp")
 
@@ -36,6 +43,57 @@ def source_dir() -> Path:
     if not (path / TOKEN_PROGRAM[0]).is_file():
         raise ZerolayerError(f"ZEROLAYER_BPF_DIR={override} has no {TOKEN_PROGRAM[0]}")
     return path
+
+
+def shared_defines() -> dict[str, int]:
+    """The C's shared constants, by C name, from their Python definitions."""
+    d = {"ZL_FRAME_HDR_LEN": frames.HEADER_LEN}
+    # frame types, numbered 1..ZL_FRAME_TYPES
+    d.update({f"ZL_FRAME_{t.name}": t.value for t in frames.FRAME_TYPES})
+    d["ZL_FRAME_TYPES"] = len(frames.FRAME_TYPES)
+    d["ZL_MAX_FRAMES"] = frames.MAX_FRAMES
+    # malformed reasons, numbered from 1 (counted at malformed[reason - 1])
+    d["ZL_VALID"] = 0
+    d.update({f"ZL_{r.upper()}": n for n, r in enumerate(counters.REASONS, 1)})
+    d["ZL_REASONS"] = len(counters.REASONS)
+    # zl_config
+    d.update({f"ZL_MALFORMED_{p.upper()}": n for n, p in enumerate(token_maps.POLICIES)})
+    d["ZL_CONFIG_FLOWS"] = token_maps.CONFIG_FLOWS
+    d["ZL_GAP_BUCKETS"] = token_maps.GAP_BUCKETS
+    # map sizes
+    d["ZL_PORT_SLOTS"] = token_maps.PORT_SLOTS
+    d["ZL_XSKS_MAX"] = token_maps.XSKS_MAX
+    d["ZL_FLOWS_MAX"] = token_maps.FLOWS_MAX
+    # what the parser reads (docs/spec.md §1.3)
+    d["ZL_ETH_HLEN"] = ethernet.ETH_HLEN
+    d["ZL_ETH_P_IP"] = ethernet.ETH_P_IP
+    d["ZL_ETH_P_IPV6"] = ethernet.ETH_P_IPV6
+    d["ZL_ETH_P_8021Q"] = ethernet.ETH_P_8021Q
+    d["ZL_ETH_P_8021AD"] = ethernet.ETH_P_8021AD
+    d["ZL_MAX_VLAN_TAGS"] = ethernet.MAX_VLAN_TAGS
+    d["ZL_IPPROTO_UDP"] = judge.IPPROTO_UDP
+    d["ZL_IPPROTO_FRAGMENT"] = judge.IPPROTO_FRAGMENT
+    d["ZL_IP_MF"] = judge.IP_MF
+    d["ZL_IP_OFFSET"] = judge.IP_OFFSET
+    # the TCP relay: why a stream broke, numbered from 1, and its errno
+    d.update({f"ZL_SK_{r.upper()}": n for n, r in enumerate(schema.REASONS, 1)})
+    d["ZL_SK_REASONS"] = len(schema.REASONS)
+    d.update({f"ZL_SK_ERRNO_{r.upper()}": e for e, r in schema.ERRNO_REASONS.items()})
+    # the traffic generator (xdp_tx.c)
+    d["ZL_GEN_MAX_LEN"] = generator_maps.MAX_TEMPLATE_LEN
+    d["ZL_GEN_TEMPLATES"] = generator_maps.MAX_TEMPLATES
+    d["ZL_GEN_SLOTS"] = generator_maps.MAX_SLOTS
+    return d
+
+
+def compile_flags(pin_dir: str | None = None, extra: tuple[str, ...] = ()) -> list[str]:
+    """What bcc compiles every program with: the source directory on the
+    include path, the shared definitions, PIN_DIR (maps declared with ZL_MAP
+    pin there) and EXTRA -D definitions."""
+    flags = [f"-I{source_dir()}", *(f"-D{k}={v}" for k, v in shared_defines().items()), *extra]
+    if pin_dir:
+        flags.append(f'-DZL_PIN_DIR="{pin_dir}"')
+    return flags
 
 
 def require_kernel_headers() -> None:
@@ -112,7 +170,7 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
     """Compile bpf/SOURCE and load FUNCTION, and the functions in ALSO, as
     programs of PROG_TYPE (XDP unless told). With PIN_DIR, maps declared
     with ZL_MAP are pinned there, or reused when present. CFLAGS are extra
-    -D definitions."""
+    -D definitions, besides compile_flags()'s."""
     require_kernel_headers()
     try:
         from bcc import BPF
@@ -123,16 +181,14 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
         ) from None
 
     src = source_dir()
-    cflags = [f"-I{src}", f"-DZL_MAX_FRAMES={frames.MAX_FRAMES}", *cflags]
-    if pin_dir:
-        cflags.append(f'-DZL_PIN_DIR="{pin_dir}"')
+    flags = compile_flags(pin_dir, cflags)
     fd, log_path = tempfile.mkstemp(prefix="zerolayer-bcc-", suffix=".log")
     os.close(fd)
     keep_log = True
     try:
         with _stderr_to(log_path):
             try:
-                program = BPF(src_file=str(src / source).encode(), cflags=cflags)
+                program = BPF(src_file=str(src / source).encode(), cflags=flags)
             except Exception:
                 raise ZerolayerError(
                     f"compiling {source} failed: {_first_error(log_path)} (full log: {log_path})"

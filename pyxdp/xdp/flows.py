@@ -23,8 +23,8 @@ from pyxdp.xdp.maps import FLOW, FLOW_KEY, GAP_BUCKETS, GAP_HIST, ZerolayerMaps
 
 # Upper edges of the buckets in microseconds; the last bucket has none.
 BUCKET_LE_US: tuple[int | None, ...] = tuple(1 << k for k in range(GAP_BUCKETS - 1)) + (None,)
-# struct zl_gap_hist (GAP_HIST): sum_ns, then the buckets.
-_GAP_HIST_FIELDS = ("sum_ns", *(f"bucket.{i}" for i in range(GAP_BUCKETS)))
+_FLOW_FIELDS = FLOW.value_names(frames=counters.FRAME_LABELS)
+_GAP_HIST_FIELDS = GAP_HIST.value_names()  # sum_ns, then the buckets
 
 
 def gap_bucket(gap_ns: int) -> int:
@@ -133,15 +133,14 @@ class Flow:
 
 def decode(key: bytes, value: bytes) -> Flow:
     addr, sport, dport, version = FLOW_KEY.unpack(key)
-    fields = FLOW.unpack(value)
-    n = len(counters.FRAME_LABELS)
-    payload, datagrams, first, last, _clock, gap_sum = fields[n:n + 6]
+    v = dict(zip(_FLOW_FIELDS, FLOW.unpack(value)))
     host = ipaddress.IPv4Address(addr[:4]) if version == 4 else ipaddress.IPv6Address(addr)
     return Flow(
         src_addr=str(host), sport=sport, dport=dport, ip_version=version,
-        frames=dict(zip(counters.FRAME_LABELS, fields[:n])),
-        payload_bytes=payload, datagrams=datagrams, first_ns=first, last_ns=last,
-        gap_sum_ns=gap_sum, gaps=tuple(fields[n + 6:]),
+        frames={t: v[f"frames.{t}"] for t in counters.FRAME_LABELS},
+        payload_bytes=v["payload_bytes"], datagrams=v["datagrams"], first_ns=v["first_ns"],
+        last_ns=v["last_ns"], gap_sum_ns=v["gap_sum_ns"],
+        gaps=tuple(v[f"gaps.{i}"] for i in range(GAP_BUCKETS)),
     )
 
 

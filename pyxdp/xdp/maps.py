@@ -1,32 +1,55 @@
 """zerolayer's maps, opened from pins (a fresh process) or from fds (a
 program bcc just loaded), with typed access.
 
-The layouts mirror bpf/zl_structs.h and bpf/zl_maps.h; open() checks the
-kernel's key and value sizes so that maps pinned by another zerolayer
-version are refused, not misread.
+The layouts below are the Python side of bpf/zl_structs.h, checked against
+the C by tests/test_layouts.py; the constants are the C's (the loader
+passes them in, docs/spec.md §7.2). open() checks the kernel's key and
+value sizes so that maps pinned by another zerolayer version are refused,
+not misread.
 """
 
 import os
 import struct
 from dataclasses import dataclass
 
+from pyxdp.cstruct import Layout
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.proto import counters
 from pyxdp.xdp import pins
 
-POLICIES = ("drop", "pass")  # enum zl_policy: index is the value
-CONFIG = struct.Struct("=II")  # struct zl_config: on_malformed, flags
+POLICIES = ("drop", "pass")  # on_malformed: the index is the value (ZL_MALFORMED_*)
 CONFIG_FLOWS = 1 << 0  # ZL_CONFIG_FLOWS: per-flow tracking on (off by default)
-KEY = struct.Struct("=I")
-GAP_BUCKETS = 22  # ZL_GAP_BUCKETS
-FLOW_KEY = struct.Struct("=16sHHB3x")  # struct zl_flow_key
-# struct zl_flow: frames by type, payload_bytes, datagrams, first_ns, last_ns,
-# last_token_ns, gap_sum_ns, gaps
-FLOW = struct.Struct(f"={len(counters.FRAME_LABELS)}Q6Q{GAP_BUCKETS}Q")
-GAP_HIST = struct.Struct(f"=Q{GAP_BUCKETS}Q")  # struct zl_gap_hist: sum_ns, buckets
-PORT_SLOTS = 65536
+# Token gaps in log2 microsecond buckets (ZL_GAP_BUCKETS, flows.gap_bucket).
+GAP_BUCKETS = 22
+# Map sizes (entries).
+PORT_SLOTS = 65536  # ZL_PORT_SLOTS: every UDP port
+XSKS_MAX = 256  # ZL_XSKS_MAX: rx queues 0-255 can have an AF_XDP socket
+FLOWS_MAX = 16384  # ZL_FLOWS_MAX: the flow table's capacity
 MAX_PORTS = 64
+
+CONFIG = Layout("zl_config", ("on_malformed", "I"), ("flags", "I"))
+FLOW_KEY = Layout(
+    "zl_flow_key",
+    ("saddr", "16s"),  # network order; IPv4 in the first 4 bytes
+    ("sport", "H"),
+    ("dport", "H"),
+    ("ip_version", "B"),
+    ("pad", "3x"),
+)
+FLOW = Layout(
+    "zl_flow",
+    ("frames", f"{len(counters.FRAME_LABELS)}Q"),
+    ("payload_bytes", "Q"),
+    ("datagrams", "Q"),
+    ("first_ns", "Q"),
+    ("last_ns", "Q"),
+    ("last_token_ns", "Q"),
+    ("gap_sum_ns", "Q"),
+    ("gaps", f"{GAP_BUCKETS}Q"),
+)
+GAP_HIST = Layout("zl_gap_hist", ("sum_ns", "Q"), ("buckets", f"{GAP_BUCKETS}Q"))
+KEY = struct.Struct("=I")  # the array maps' key
 
 
 @dataclass(frozen=True)

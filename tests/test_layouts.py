@@ -1,0 +1,198 @@
+"""The C and the Python agree on what they share (docs/spec.md §7).
+
+Structs: every struct Python shares with the programs (map keys and values,
+and a test run's context) is a pyxdp.cstruct.Layout on the Python side; here
+each is compared with the struct as bcc compiles it from the C (the ctypes
+type bcc builds for a map's key or value): field names in order, offsets,
+sizes and the total. The structs are taken from the product's own programs,
+compiled and loaded as the product does; the kernel's struct xdp_md, which
+no program keeps in a map, from a map declared for the purpose.
+
+Constants: the C defines none of the shared ones; the loader passes them
+all (pyxdp.xdp.compiler.shared_defines). Checked three ways: the sources
+define none of those names and refuse to compile without each (an #error
+guard); the map sizes and array lengths bcc reports are the Python values;
+and every value, read back after all the headers, is the one Python gave.
+"""
+
+import ctypes
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+import pyxdp
+from pyxdp.lab import generator_maps
+from pyxdp.proto import counters
+from pyxdp.relay import datapath, schema
+from pyxdp.relay.datapath import RelayDataPath
+from pyxdp.xdp import compiler, maps, pins
+
+pytestmark = [pytest.mark.root, pytest.mark.kernel]
+
+MAX_SOCKS = 64  # the relay's, for this test
+
+# Set by the loader per load, not shared constants.
+PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS"}
+
+
+def _bpf(text: str, *extra: str):
+    """Compile TEXT (a test's own C) with bcc as the programs are compiled."""
+    from bcc import BPF
+
+    return BPF(text=text.encode(), cflags=[*compiler.compile_flags(), *extra])
+
+
+@pytest.fixture(scope="module")
+def programs():
+    """bcc's view of the programs with shared structs, compiled and loaded as
+    the product does."""
+    loaded = {
+        "token": compiler.load(*compiler.TOKEN_PROGRAM, maps=compiler.TOKEN_MAPS),
+        "generator": compiler.load(*generator_maps.GENERATOR_PROGRAM,
+                                   maps=generator_maps.GENERATOR_MAPS),
+    }
+    relay = RelayDataPath(max_socks=MAX_SOCKS)
+    # struct xdp_md is a program's context, in no map: declare one for bcc.
+    kernel = _bpf("#include <uapi/linux/bpf.h>\n"
+                  "BPF_ARRAY(zl_test_xdp_md, struct xdp_md, 1);\n")
+    try:
+        yield {**{name: lo.bpf for name, lo in loaded.items()},
+               "relay": relay._loaded.bpf, "kernel": kernel}
+    finally:
+        kernel.cleanup()
+        relay.close()
+        for lo in loaded.values():
+            lo.close()
+
+
+def _element(ctype):
+    """A per-CPU map's value type is an array over CPUs: its element."""
+    return ctype._type_ if issubclass(ctype, ctypes.Array) else ctype
+
+
+def _bcc_fields(ctype) -> list[tuple[str, int, int]]:
+    return [(name, getattr(ctype, name).offset, getattr(ctype, name).size)
+            for name, *_ in ctype._fields_]
+
+
+# (program, map, "Key" or "Leaf") -> the Python Layout of that struct.
+STRUCTS = {
+    ("token", "zl_counters", "Leaf"): counters.LAYOUT,
+    ("token", "zl_config", "Leaf"): maps.CONFIG,
+    ("token", "zl_flows", "Key"): maps.FLOW_KEY,
+    ("token", "zl_flows", "Leaf"): maps.FLOW,
+    ("token", "zl_gaps", "Leaf"): maps.GAP_HIST,
+    ("relay", "zl_sk_counters", "Leaf"): schema.LAYOUT,
+    ("relay", "zl_sk_config", "Leaf"): datapath.CONFIG,
+    ("relay", "zl_sk_conns", "Leaf"): datapath.CONN,
+    ("generator", "zl_gen_templates", "Leaf"): generator_maps.TEMPLATE,
+    ("generator", "zl_gen_state", "Leaf"): generator_maps.STATE,
+    ("kernel", "zl_test_xdp_md", "Leaf"): generator_maps.XDP_MD,
+}
+
+
+@pytest.mark.parametrize("where", STRUCTS, ids=lambda w: f"struct {STRUCTS[w].c_name}")
+def test_struct_layout(programs, where):
+    program, table, side = where
+    layout = STRUCTS[where]
+    ctype = _element(getattr(programs[program][table.encode()], side))
+    assert ctype.__name__ == layout.c_name
+    assert _bcc_fields(ctype) == layout.offsets(), (
+        f"struct {layout.c_name}: C (bcc) and Python field lists differ; a name starting "
+        "__pad is padding the C struct leaves implicit")
+    assert ctypes.sizeof(ctype) == layout.size
+
+
+def test_every_layout_is_compared():
+    """A Layout added to the library is added to STRUCTS too."""
+    root = Path(pyxdp.__file__).parent
+    found = set()
+    for path in root.rglob("*.py"):
+        for name in re.findall(r"^(\w+) = Layout\(", path.read_text(), re.M):
+            module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+            found.add(id(getattr(importlib.import_module(module), name)))
+    assert found == {id(layout) for layout in STRUCTS.values()}
+
+
+def test_token_map_specs(programs):
+    """The pin names, and the key and value sizes and entries pyxdp.xdp.maps
+    checks pinned maps against, are the program's."""
+    assert set(compiler.TOKEN_MAPS) == set(pins.MAPS) == set(maps.SPECS)
+    for pin, var in compiler.TOKEN_MAPS.items():
+        table = programs["token"][var.encode()]
+        spec = maps.SPECS[pin]
+        assert ctypes.sizeof(table.Key) == spec.key_size, pin
+        assert ctypes.sizeof(_element(table.Leaf)) == spec.value_size, pin
+        if spec.max_entries is not None:
+            assert table.max_entries == spec.max_entries, pin
+
+
+def test_scalar_keys_and_values(programs):
+    token, relay, gen = programs["token"], programs["relay"], programs["generator"]
+    assert ctypes.sizeof(token[b"zl_counters"].Key) == maps.KEY.size
+    assert ctypes.sizeof(relay[b"zl_sk_counters"].Key) == datapath.KEY.size
+    assert ctypes.sizeof(relay[b"zl_sk_conns"].Key) == datapath.COOKIE.size
+    assert ctypes.sizeof(gen[b"zl_gen_schedule"].Key) == generator_maps.INDEX.size
+    assert ctypes.sizeof(gen[b"zl_gen_schedule"].Leaf) == generator_maps.INDEX.size
+
+
+def test_map_sizes_are_the_python_values(programs):
+    token, gen = programs["token"], programs["generator"]
+    assert token[b"zl_ports"].max_entries == maps.PORT_SLOTS
+    assert token[b"zl_xsks"].max_entries == maps.XSKS_MAX
+    assert token[b"zl_flows"].max_entries == maps.FLOWS_MAX
+    assert gen[b"zl_gen_templates"].max_entries == generator_maps.MAX_TEMPLATES
+    assert gen[b"zl_gen_schedule"].max_entries == generator_maps.MAX_SLOTS
+    assert programs["relay"][b"zl_sk_conns"].max_entries == MAX_SOCKS
+
+
+# --- constants ---------------------------------------------------------------------
+
+def _sources() -> dict[str, str]:
+    """Every C source and header, continuation lines joined."""
+    src = compiler.source_dir()
+    return {p.name: p.read_text().replace("\\\n", " ")
+            for p in sorted([*src.glob("*.c"), *src.glob("*.h")])}
+
+
+def test_the_c_defines_no_shared_constant():
+    shared = compiler.shared_defines()
+    for name, text in _sources().items():
+        defined = set(re.findall(r"^\s*#\s*(?:define|undef)\s+(\w+)", text, re.M))
+        enumerators = set(re.findall(r"\b(ZL_\w+)\s*=[^=]", text))
+        clash = sorted((defined | enumerators) & set(shared))
+        assert not clash, f"{name} defines {clash}, which the loader passes"
+
+
+def test_every_shared_constant_is_required():
+    """Each name the loader passes has an #error guard in the C, and the C
+    requires no name it does not pass: nothing falls back to a default."""
+    guarded = set()
+    for text in _sources().values():
+        for cond in re.findall(r"^\s*#\s*if(.*)\n\s*#\s*error", text, re.M):
+            guarded |= set(re.findall(r"!\s*defined\s*\(\s*(\w+)\s*\)", cond))
+        guarded |= set(re.findall(r"^\s*#\s*ifndef\s+(\w+)\s*\n\s*#\s*error", text, re.M))
+    # the include guards have no #error
+    assert guarded - PER_LOAD == set(compiler.shared_defines())
+
+
+def test_the_c_sees_the_python_values():
+    """Every shared value as the C sees it after all the headers, read back
+    through the length of a map declared with it."""
+    shared = compiler.shared_defines()
+    headers = sorted(p.name for p in compiler.source_dir().glob("zl_*.h"))
+    text = "#include <uapi/linux/bpf.h>\n"
+    text += "".join(f'#include "{h}"\n' for h in headers)
+    # Every value is read as max_entries - 1, so 0 can be read too.
+    text += "".join(f"BPF_ARRAY(zl_test_{i}, __u8, ({name}) + 1);\n"
+                    for i, name in enumerate(shared))
+    # with the per-load names too, for the headers that need them
+    b = _bpf(text, "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2")
+    try:
+        seen = {name: b[f"zl_test_{i}".encode()].max_entries - 1
+                for i, name in enumerate(shared)}
+    finally:
+        b.cleanup()
+    assert seen == shared
