@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import pyxdp
-from pyxdp.lab import generator_maps
+from pyxdp.lab import generator
 from pyxdp.proto import counters
 from pyxdp.relay import datapath, schema
 from pyxdp.relay.datapath import RelayDataPath
@@ -50,8 +50,7 @@ def programs():
     the product does."""
     loaded = {
         "token": compiler.load(*compiler.TOKEN_PROGRAM, maps=compiler.TOKEN_MAPS),
-        "generator": compiler.load(*generator_maps.GENERATOR_PROGRAM,
-                                   maps=generator_maps.GENERATOR_MAPS),
+        "generator": generator.load_program(),
     }
     relay = RelayDataPath(max_socks=MAX_SOCKS)
     # struct xdp_md is a program's context, in no map: declare one for bcc.
@@ -87,9 +86,9 @@ STRUCTS = {
     ("relay", "zl_sk_counters", "Leaf"): schema.LAYOUT,
     ("relay", "zl_sk_config", "Leaf"): datapath.CONFIG,
     ("relay", "zl_sk_conns", "Leaf"): datapath.CONN,
-    ("generator", "zl_gen_templates", "Leaf"): generator_maps.TEMPLATE,
-    ("generator", "zl_gen_state", "Leaf"): generator_maps.STATE,
-    ("kernel", "zl_test_xdp_md", "Leaf"): generator_maps.XDP_MD,
+    ("generator", "zl_gen_templates", "Leaf"): generator.TEMPLATE,
+    ("generator", "zl_gen_state", "Leaf"): generator.STATE,
+    ("kernel", "zl_test_xdp_md", "Leaf"): generator.XDP_MD,
 }
 
 
@@ -134,8 +133,8 @@ def test_scalar_keys_and_values(programs):
     assert ctypes.sizeof(token[b"zl_counters"].Key) == maps.KEY.size
     assert ctypes.sizeof(relay[b"zl_sk_counters"].Key) == datapath.KEY.size
     assert ctypes.sizeof(relay[b"zl_sk_conns"].Key) == datapath.COOKIE.size
-    assert ctypes.sizeof(gen[b"zl_gen_schedule"].Key) == generator_maps.INDEX.size
-    assert ctypes.sizeof(gen[b"zl_gen_schedule"].Leaf) == generator_maps.INDEX.size
+    assert ctypes.sizeof(gen[b"zl_gen_schedule"].Key) == generator.INDEX.size
+    assert ctypes.sizeof(gen[b"zl_gen_schedule"].Leaf) == generator.INDEX.size
 
 
 def test_map_sizes_are_the_python_values(programs):
@@ -143,12 +142,18 @@ def test_map_sizes_are_the_python_values(programs):
     assert token[b"zl_ports"].max_entries == maps.PORT_SLOTS
     assert token[b"zl_xsks"].max_entries == maps.XSKS_MAX
     assert token[b"zl_flows"].max_entries == maps.FLOWS_MAX
-    assert gen[b"zl_gen_templates"].max_entries == generator_maps.MAX_TEMPLATES
-    assert gen[b"zl_gen_schedule"].max_entries == generator_maps.MAX_SLOTS
+    assert gen[b"zl_gen_templates"].max_entries == generator.MAX_TEMPLATES
+    assert gen[b"zl_gen_schedule"].max_entries == generator.MAX_SLOTS
     assert programs["relay"][b"zl_sk_conns"].max_entries == MAX_SOCKS
 
 
 # --- constants ---------------------------------------------------------------------
+
+def all_defines() -> dict[str, int]:
+    """Every value the loaders pass: the token program's (the compiler's
+    own), the relay's and the generator's (from their modules)."""
+    return compiler.shared_defines() | schema.c_defines() | generator.c_defines()
+
 
 def _sources() -> dict[str, str]:
     """Every C source and header, continuation lines joined."""
@@ -158,7 +163,7 @@ def _sources() -> dict[str, str]:
 
 
 def test_the_c_defines_no_shared_constant():
-    shared = compiler.shared_defines()
+    shared = all_defines()
     for name, text in _sources().items():
         defined = set(re.findall(r"^\s*#\s*(?:define|undef)\s+(\w+)", text, re.M))
         enumerators = set(re.findall(r"\b(ZL_\w+)\s*=[^=]", text))
@@ -175,13 +180,13 @@ def test_every_shared_constant_is_required():
             guarded |= set(re.findall(r"!\s*defined\s*\(\s*(\w+)\s*\)", cond))
         guarded |= set(re.findall(r"^\s*#\s*ifndef\s+(\w+)\s*\n\s*#\s*error", text, re.M))
     # the include guards have no #error
-    assert guarded - PER_LOAD == set(compiler.shared_defines())
+    assert guarded - PER_LOAD == set(all_defines())
 
 
 def test_the_c_sees_the_python_values():
     """Every shared value as the C sees it after all the headers, read back
     through the length of a map declared with it."""
-    shared = compiler.shared_defines()
+    shared = all_defines()
     headers = sorted(p.name for p in compiler.source_dir().glob("zl_*.h"))
     text = "#include <uapi/linux/bpf.h>\n"
     text += "".join(f'#include "{h}"\n' for h in headers)
@@ -189,7 +194,8 @@ def test_the_c_sees_the_python_values():
     text += "".join(f"BPF_ARRAY(zl_test_{i}, __u8, ({name}) + 1);\n"
                     for i, name in enumerate(shared))
     # with the per-load names too, for the headers that need them
-    b = _bpf(text, "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2")
+    b = _bpf(text, *compiler.define_flags(schema.c_defines() | generator.c_defines()),
+             "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2")
     try:
         seen = {name: b[f"zl_test_{i}".encode()].max_entries - 1
                 for i, name in enumerate(shared)}

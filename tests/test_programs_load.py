@@ -17,8 +17,7 @@ pytestmark = [pytest.mark.root, pytest.mark.kernel]
 PROGRAMS = {
     "xdp_token.c (the parser)": lambda: compiler.load(*compiler.TOKEN_PROGRAM,
                                                       maps=compiler.TOKEN_MAPS),
-    "xdp_tx.c (the generator)": lambda: compiler.load(*generator.GENERATOR_PROGRAM,
-                                                      maps=generator.GENERATOR_MAPS),
+    "xdp_tx.c (the generator)": lambda: generator.load_program(),
     "xdp_count.c (bench floor)": lambda: compiler.load(*COUNT_PROGRAM, maps=COUNT_MAPS),
     "xdp_pass.c (bench floor)": lambda: compiler.load(*testrun.PASS_PROGRAM),
     "sk_relay.c (the TCP relay)": RelayDataPath,

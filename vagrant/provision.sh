@@ -89,6 +89,9 @@ case "$ACTION" in
     *)    EXTRAS="test"; EDITABLE=() ;;
 esac
 "$VENV/bin/pip" uninstall --quiet --yes zerolayer 2>/dev/null || true
+# setuptools builds in the tree's build/ and never empties it: a module
+# removed from the tree would still be copied from there into the venv.
+rm -rf "$REPO/build"
 # No build isolation: the venv's own setuptools and wheel build it, so a
 # machine (or VM) that already has every dependency installs without
 # reaching an index.

@@ -19,26 +19,52 @@ a tenth of a second's worth at full speed and sleeping between them.
 GeneratorRun reports the rate actually achieved.
 """
 
+import struct
 import time
 from dataclasses import dataclass
 
+from pyxdp.cstruct import Layout
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys, netns
 from pyxdp.lab import traffic
-from pyxdp.lab.generator_maps import (
-    GENERATOR_MAPS,
-    GENERATOR_PROGRAM,
-    INDEX,
-    MAX_SLOTS,
-    MAX_TEMPLATE_LEN,
-    MAX_TEMPLATES,
-    STATE,
-    TEMPLATE,
-    XDP_MD,
-)
 from pyxdp.proto import counters, frames, judge
 from pyxdp.proto.ethernet import ETH_HLEN, LINK_L2_OVERHEAD
 from pyxdp.xdp import compiler, netlink
+
+GENERATOR_PROGRAM = ("xdp_tx.c", "xdp_tx_gen")
+GENERATOR_MAPS = {"templates": "zl_gen_templates", "schedule": "zl_gen_schedule",
+                  "state": "zl_gen_state"}
+MAX_TEMPLATE_LEN = 1536  # ZL_GEN_MAX_LEN: >= 1500-byte MTU + Ethernet + two VLAN tags
+MAX_TEMPLATES = 16  # ZL_GEN_TEMPLATES
+MAX_SLOTS = 4096  # ZL_GEN_SLOTS: schedule slots
+
+# Map values (bpf/xdp_tx.c): change both together (tests/test_layouts.py checks).
+TEMPLATE = Layout("zl_gen_template", ("len", "I"), ("data", f"{MAX_TEMPLATE_LEN}s"))
+STATE = Layout("zl_gen_state", ("slots", "I"), ("next", "I"), ("errors", "Q"))
+INDEX = struct.Struct("=I")
+# A test run's context: the kernel's struct xdp_md (uapi/linux/bpf.h).
+XDP_MD = Layout(
+    "xdp_md",
+    ("data", "I"),
+    ("data_end", "I"),
+    ("data_meta", "I"),
+    ("ingress_ifindex", "I"),
+    ("rx_queue_index", "I"),
+    ("egress_ifindex", "I"),
+)
+
+
+def c_defines() -> dict[str, int]:
+    """The generator program's sizes, by C name (bpf/xdp_tx.c)."""
+    return {"ZL_GEN_MAX_LEN": MAX_TEMPLATE_LEN, "ZL_GEN_TEMPLATES": MAX_TEMPLATES,
+            "ZL_GEN_SLOTS": MAX_SLOTS}
+
+
+def load_program() -> compiler.Loaded:
+    """bpf/xdp_tx.c compiled with its sizes and loaded, with private maps."""
+    return compiler.load(*GENERATOR_PROGRAM, maps=GENERATOR_MAPS,
+                         cflags=compiler.define_flags(c_defines()))
+
 
 # The kernel's limit on frames per batch (it allocates a page each).
 MAX_BATCH = 256
@@ -190,7 +216,7 @@ class LiveGenerator:
         state = netlink.query(ifname, netns_name)
         self.ifindex = state.ifindex
         self.max_len = min(state.mtu + LINK_L2_OVERHEAD, MAX_TEMPLATE_LEN)
-        self._loaded = compiler.load(*GENERATOR_PROGRAM, maps=GENERATOR_MAPS)
+        self._loaded = load_program()
         self._maps = self._loaded.map_fds
         self._mix: Mix | None = None
 

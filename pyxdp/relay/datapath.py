@@ -22,6 +22,7 @@ from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.kernel.privileges import require_bpf_admin
 from pyxdp.proto import counters, frames
+from pyxdp.relay import schema
 from pyxdp.relay import sockets as relay_sockets
 from pyxdp.relay.schema import FIELDS, LAYOUT
 from pyxdp.xdp import compiler
@@ -93,7 +94,8 @@ class RelayDataPath:
             self._loaded = compiler.load(
                 RELAY_SOURCE, PARSER, also=(VERDICT,), prog_type=bpfsys.BPF_PROG_TYPE_SK_SKB,
                 maps=RELAY_MAPS,
-                cflags=(f"-DZL_SK_SOCKS_FD={self.socks_fd}", f"-DZL_SK_MAX_SOCKS={max_socks}"),
+                cflags=(*compiler.define_flags(schema.c_defines()),
+                        f"-DZL_SK_SOCKS_FD={self.socks_fd}", f"-DZL_SK_MAX_SOCKS={max_socks}"),
             )
             self._maps = self._loaded.map_fds
             self.set_max_length(max_length)
@@ -168,12 +170,17 @@ class RelayDataPath:
         bpfsys.map_update(self._maps["config"], KEY.pack(0), CONFIG.pack(max_length, 0))
 
     def max_length(self) -> int:
-        return CONFIG.unpack(bpfsys.map_lookup(self._maps["config"], KEY.pack(0), CONFIG.size))[0]
+        return CONFIG.unpack(self._element("config", CONFIG.size))[0]
 
     def read_counters(self) -> dict[str, int]:
         ncpus = bpfsys.possible_cpus()
-        raw = bpfsys.map_lookup(self._maps["counters"], KEY.pack(0), LAYOUT.size * ncpus)
+        raw = self._element("counters", LAYOUT.size * ncpus)
         return counters.from_percpu(raw, ncpus, FIELDS)
+
+    def _element(self, name: str, size: int) -> bytes:
+        raw = bpfsys.map_lookup(self._maps[name], KEY.pack(0), size)
+        assert raw is not None  # an array map has every index
+        return raw
 
     # --- start-up check and teardown -------------------------------------------------
 

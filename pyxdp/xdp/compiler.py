@@ -17,13 +17,12 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pyxdp.bpf import SOURCE_DIR
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
-from pyxdp.lab import generator_maps
 from pyxdp.proto import counters, ethernet, frames, judge
-from pyxdp.relay import schema
 from pyxdp.xdp import maps as token_maps
 
 TOKEN_PROGRAM = ("xdp_token.c", "zerolayer_xdp")
@@ -75,22 +74,20 @@ def shared_defines() -> dict[str, int]:
     d["ZL_IPPROTO_FRAGMENT"] = judge.IPPROTO_FRAGMENT
     d["ZL_IP_MF"] = judge.IP_MF
     d["ZL_IP_OFFSET"] = judge.IP_OFFSET
-    # the TCP relay: why a stream broke, numbered from 1, and its errno
-    d.update({f"ZL_SK_{r.upper()}": n for n, r in enumerate(schema.REASONS, 1)})
-    d["ZL_SK_REASONS"] = len(schema.REASONS)
-    d.update({f"ZL_SK_ERRNO_{r.upper()}": e for e, r in schema.ERRNO_REASONS.items()})
-    # the traffic generator (xdp_tx.c)
-    d["ZL_GEN_MAX_LEN"] = generator_maps.MAX_TEMPLATE_LEN
-    d["ZL_GEN_TEMPLATES"] = generator_maps.MAX_TEMPLATES
-    d["ZL_GEN_SLOTS"] = generator_maps.MAX_SLOTS
     return d
+
+
+def define_flags(defines: dict[str, int]) -> tuple[str, ...]:
+    """-D flags for DEFINES (C name: value)."""
+    return tuple(f"-D{name}={value}" for name, value in defines.items())
 
 
 def compile_flags(pin_dir: str | None = None, extra: tuple[str, ...] = ()) -> list[str]:
     """What bcc compiles every program with: the source directory on the
     include path, the shared definitions, PIN_DIR (maps declared with ZL_MAP
-    pin there) and EXTRA -D definitions."""
-    flags = [f"-I{source_dir()}", *(f"-D{k}={v}" for k, v in shared_defines().items()), *extra]
+    pin there) and EXTRA -D definitions (a program's own: the relay's and the
+    generator's come from their modules, above this one)."""
+    flags = [f"-I{source_dir()}", *define_flags(shared_defines()), *extra]
     if pin_dir:
         flags.append(f'-DZL_PIN_DIR="{pin_dir}"')
     return flags
@@ -134,7 +131,7 @@ def _missing_helper(log_path: str) -> tuple[str, str] | None:
     program for calling a helper this kernel does not have."""
     with open(log_path, errors="replace") as log:
         found = _MISSING.search(log.read())
-    return found.groups() if found else None
+    return (found.group(1), found.group(2)) if found else None
 
 
 def _first_error(log_path: str) -> str:
@@ -152,7 +149,7 @@ class Loaded:
     open until close() (or process exit): call it once the program is
     attached or pinned, so a long-lived process does not pile them up."""
 
-    bpf: object
+    bpf: Any  # bcc.BPF, which has no type information
     prog_fd: int
     prog_name: str
     map_fds: dict[str, int] = field(default_factory=dict)

@@ -36,8 +36,8 @@ def gap_bucket(gap_ns: int) -> int:
 def bucket_label(index: int) -> str:
     """'<1us', '<2us', ... '<1.05s', '>=1.05s' for a person."""
     if index == GAP_BUCKETS - 1:
-        return ">=" + format_us(BUCKET_LE_US[index - 1])
-    return "<" + format_us(BUCKET_LE_US[index])
+        return ">=" + format_us(1 << (index - 1))  # the last finite edge
+    return "<" + format_us(1 << index)
 
 
 def format_us(us: float) -> str:
@@ -125,7 +125,8 @@ class Flow:
             "gap_samples": samples,
             "gap_mean_us": round(self.gap_sum_ns / samples / 1000, 1) if samples else None,
             # upper bucket edges; null above the last finite edge (1.05 s)
-            "gap_us": {k: BUCKET_LE_US[b] for k, b in percentile_buckets(self.gaps).items()}
+            "gap_us": {k: None if b is None else BUCKET_LE_US[b]
+                       for k, b in percentile_buckets(self.gaps).items()}
                       if samples else None,
             "gap_histogram": list(self.gaps),
         }
@@ -214,7 +215,7 @@ class Observation:
 
 def pinned() -> list[tuple[str | None, str]]:
     """(netns, interface) of every pin dir: IFACE/ and ns:NETNS/IFACE/."""
-    found = [(None, name) for name in pins.pinned_interfaces(None)]
+    found: list[tuple[str | None, str]] = [(None, name) for name in pins.pinned_interfaces(None)]
     for ns in pins.pinned_netns():
         found += [(ns, name) for name in pins.pinned_interfaces(ns)]
     return found

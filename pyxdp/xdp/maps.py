@@ -91,6 +91,13 @@ class BpfMap:
     def lookup(self, key: int, value_size: int | None = None) -> bytes | None:
         return bpfsys.map_lookup(self.fd, KEY.pack(key), value_size or self.info.value_size)
 
+    def element(self, index: int, value_size: int | None = None) -> bytes:
+        """An array's element: arrays have every index below max_entries."""
+        raw = self.lookup(index, value_size)
+        if raw is None:
+            raise ZerolayerError(f"map {self.name} has no element {index}")
+        return raw
+
     def update(self, key: int, value: bytes) -> None:
         bpfsys.map_update(self.fd, KEY.pack(key), value)
 
@@ -152,13 +159,13 @@ class ZerolayerMaps:
 
     def read_counters(self) -> dict[str, int]:
         ncpus = bpfsys.possible_cpus()
-        raw = self["counters"].lookup(0, counters.LAYOUT.size * ncpus)
+        raw = self["counters"].element(0, counters.LAYOUT.size * ncpus)
         return counters.from_percpu(raw, ncpus)
 
     # --- config -------------------------------------------------------------------
 
     def _config(self) -> tuple[int, int]:
-        return CONFIG.unpack(self["config"].lookup(0))
+        return CONFIG.unpack(self["config"].element(0))
 
     def on_malformed(self) -> str:
         policy, _ = self._config()
