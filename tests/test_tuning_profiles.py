@@ -46,6 +46,29 @@ def test_inf2_refuses_aslr_and_explains_nodelay():
     assert kinds >= {"sysctl", "qdisc", "nic", "irq_affinity", "governor", "refuse", "note"}
 
 
+def test_inf2_turns_numa_balancing_off_in_its_numa_step():
+    numa = next(step for step in profile.load("inf2").steps if step.id == "numa")
+    assert numa.item == 4 and numa.why == "checklist: process binding with numactl"
+    assert [spec.kind for spec in numa.knobs] == ["note", "sysctl", "irq_affinity"]
+    assert numa.knobs[0]["name"] == "process binding (numactl)"  # numactl stays advice
+    balancing = numa.knobs[1]
+    assert (balancing["name"], balancing["value"], balancing["scope"]) == (
+        "kernel.numa_balancing", "0", "global")
+    assert "unmaps pages" in balancing.why and "tuned" in balancing.why
+    assert "CONFIG_NUMA_BALANCING" in balancing["if_missing"]
+
+
+def test_inf2_takes_latency_knobs_and_keeps_its_own_order():
+    inf2, latency = profile.load("inf2"), profile.load("latency")
+    steps = {step.id: step for step in inf2.steps}
+    for step in latency.steps:
+        assert step.id in steps  # each one named, so none jumps to the front
+        if step.id != "busy-poll":  # inf2 adds the NIC attributes to that one
+            assert steps[step.id].knobs == step.knobs
+    assert [spec["name"] for spec in steps["busy-poll"].knobs if spec.kind == "sysctl"] == [
+        "net.core.busy_read", "net.core.busy_poll"]
+
+
 def test_every_reason_is_one_line():
     for name in profile.shipped():
         for step, spec in _knobs(profile.load(name)):
