@@ -1,4 +1,8 @@
-"""`zerolayer tune` as a user runs it: a subprocess, its output and exit code."""
+"""`zerolayer tune` as a user runs it: a subprocess, its output and exit code.
+
+Tests in a namespace need root; those on a fake root, or that fail before
+anything is touched, run as anyone.
+"""
 
 import json
 import subprocess
@@ -15,19 +19,19 @@ from tuning_fixtures import (
     write_profile,
 )
 
-pytestmark = pytest.mark.root
-
-ROW_KEYS = {"step", "knob", "before", "after", "status", "reason"}
+# A row's keys, in the order docs/spec.md §5.8 gives them.
+ROW_KEYS = ("step", "knob", "before", "after", "status", "reason", "kind", "scope", "item")
 STATUSES = {"applied", "unchanged", "skipped", "refused", "planned", "restored", "drifted"}
 
 
+@pytest.mark.root
 def test_json_shape_and_round_trip_in_a_netns(ns, tmp_path):
     state = ["--state-dir", str(tmp_path)]
     applied = run_cli("--profile", "inf2", "--netns", ns, "-i", "zv0", "--json", *state,
                       check_rc=0)
     out = json.loads(applied.stdout)
     assert out["profile"] == "inf2" and out["netns"] == ns and out["action"] == "apply"
-    assert out["steps"] and all(ROW_KEYS <= set(s) for s in out["steps"])
+    assert out["steps"] and all(tuple(s) == ROW_KEYS for s in out["steps"])
     assert {s["status"] for s in out["steps"]} <= STATUSES
     fastopen = next(s for s in out["steps"] if s["knob"] == "net.ipv4.tcp_fastopen")
     assert (fastopen["step"], fastopen["after"], fastopen["status"]) == (
@@ -62,6 +66,57 @@ def test_human_table(tmp_path):
     assert lines[-1].endswith(" refused")  # the counts, last
 
 
+# `tune --profile inf2 -i fake0` on the fake root: (step, item, knob) of each
+# row, in order. The checklist's items 1-12, then BBR with fq, nodelay and busy
+# polling; most knobs come from the latency profile, which inf2 includes.
+INF2_PLAN = [
+    ("neuron-latency", 1, "NeuronCore low_latency_mode"),
+    ("cpu-power", 2, "cpufreq scaling_governor"),
+    ("cpu-power", 2, "cpuidle states disabled"),
+    ("rmem-max", 3, "net.core.rmem_max"),
+    ("numa", 4, "process binding (numactl)"),
+    ("numa", 4, "kernel.numa_balancing"),
+    ("numa", 4, f"{FAKE_NIC} irq 40-41 affinity"),
+    ("ipv6", 5, "net.ipv6.conf.all.disable_ipv6"),
+    ("zerocopy", 6, "SO_ZEROCOPY"),
+    ("bpf-jit-limit", 7, "net.core.bpf_jit_limit"),
+    ("aslr", 8, "kernel.randomize_va_space"),
+    ("neuron-cores", 9, "NEURON_RT_NUM_CORES"),
+    ("quickack", 10, "TCP_QUICKACK"),
+    ("tcp-fastopen", 11, "net.ipv4.tcp_fastopen"),
+    ("mmap-buffers", 12, "mmap token buffers"),
+    ("congestion", None, "net.ipv4.tcp_congestion_control"),
+    ("congestion", None, f"{FAKE_NIC} root qdisc"),
+    ("congestion", None, "net.core.default_qdisc"),
+    ("nodelay", None, "net.ipv4.tcp_nodelay"),
+    ("nodelay", None, "net.ipv4.tcp_autocorking"),
+    ("busy-poll", None, "net.core.busy_read"),
+    ("busy-poll", None, "net.core.busy_poll"),
+    ("busy-poll", None, f"{FAKE_NIC}/napi_defer_hard_irqs"),
+    ("busy-poll", None, f"{FAKE_NIC}/gro_flush_timeout"),
+]
+
+
+def test_inf2_dry_run_plan(tmp_path):
+    root = make_fake_root(tmp_path)
+    with open(f"{root}/proc/sys/kernel/numa_balancing", "w") as f:
+        f.write("1\n")  # as on a NUMA host, where it defaults to on
+    done = run_cli("--profile", "inf2", "--root", root, "-i", FAKE_NIC, "--dry-run", "--json",
+                   check_rc=0)
+    out = json.loads(done.stdout)
+    assert out["action"] == "dry-run" and "error" not in out
+    rows = out["steps"]
+    assert [(r["step"], r["item"], r["knob"]) for r in rows] == INF2_PLAN
+    assert all(tuple(r) == ROW_KEYS for r in rows)
+    assert {r["status"] for r in rows} <= {"planned", "unchanged", "skipped", "refused"}
+    numa = rows[5]
+    assert (numa["before"], numa["after"], numa["status"]) == ("1", "0", "planned")
+    assert "unmaps pages" in numa["reason"] and "tuned" in numa["reason"]
+    assert rows[4]["reason"].startswith("not a host setting: start the server under `numactl")
+    assert [r["knob"] for r in rows if r["status"] == "refused"] == [
+        "net.ipv6.conf.all.disable_ipv6", "kernel.randomize_va_space"]
+
+
 @pytest.mark.parametrize("args", [
     [],
     ["--revert", "--verify"],
@@ -77,8 +132,11 @@ def test_usage_errors_exit_2(args):
 
 @pytest.mark.parametrize("args, message", [
     (["--profile", "turbo"], "no profile named 'turbo'"),
-    (["--profile", "inf2", "--netns", "zl-no-such-ns"], "does not exist"),
-    (["--profile", "inf2", "--netns", "x", "--root", "/tmp"], "do not go together"),
+    # --netns is checked for root first
+    pytest.param(["--profile", "inf2", "--netns", "zl-no-such-ns"], "does not exist",
+                 marks=pytest.mark.root),
+    pytest.param(["--profile", "inf2", "--netns", "x", "--root", "/tmp"], "do not go together",
+                 marks=pytest.mark.root),
     (["--verify", "--state-dir", "/nonexistent/zl"], "nothing to verify"),
 ])
 def test_expected_failures_exit_1_with_one_line(args, message):
@@ -87,6 +145,7 @@ def test_expected_failures_exit_1_with_one_line(args, message):
     assert done.stderr.count("\n") == 1
 
 
+@pytest.mark.root
 def test_strict_failure_prints_the_table_then_one_line(ns, tmp_path):
     profile = write_profile(tmp_path / "p.toml", profile_text(
         "p", ("a", netns_sysctl("net.ipv4.tcp_fastopen", "3")),
@@ -101,6 +160,7 @@ def test_strict_failure_prints_the_table_then_one_line(ns, tmp_path):
     run_cli("--revert", "--netns", ns, *state, check_rc=0)
 
 
+@pytest.mark.root  # to become someone else
 def test_not_root_is_one_line(tmp_path):
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                            ZEROLAYER, "tune", "--profile", "inf2"],

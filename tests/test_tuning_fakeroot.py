@@ -6,6 +6,7 @@ exercised without touching the host, and how inf2 + revert is shown to give
 back byte-identical files, starting from the host's own values.
 """
 
+import contextlib
 import fcntl
 import json
 import os
@@ -50,11 +51,13 @@ def by_knob(report) -> dict:
 
 
 def test_inf2_then_revert_gives_back_identical_files(root):
+    write(root, "proc/sys/kernel/numa_balancing", "1")  # as on a NUMA host
     before = tree(root)
     report = engine.apply(profile.load("inf2"), root=root, interfaces=[FAKE_NIC])
     rows = by_knob(report)
     expected = {
         "cpufreq scaling_governor": ("powersave", "performance"),
+        "kernel.numa_balancing": ("1", "0"),
         "cpuidle states disabled": ("none", "C1E,C6"),
         f"{FAKE_NIC} irq 40-41 affinity": ("0-1", "1"),  # the NIC is on node 1
         "net.core.busy_read": (None, "50"),
@@ -116,6 +119,21 @@ def test_a_missing_file_is_enoent_and_strict_makes_it_fatal(root):
     assert strict.rows[-1].knob == "net.core.busy_read"
     assert strict.error.startswith("--strict: stopped at step busy-poll")
     engine.revert(root=root)
+
+
+def test_a_kernel_without_numa_balancing_has_nothing_to_turn_off(root):
+    # No CONFIG_NUMA_BALANCING, no sysctl: skipped with the reason, and not a
+    # missing knob, so --strict goes on.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(root, "proc/sys/kernel/numa_balancing"))
+    before = tree(root)
+    report = engine.apply(profile.load("inf2"), root=root, strict=True)
+    row = by_knob(report)["kernel.numa_balancing"]
+    assert (row.step, row.status, row.before, row.after) == ("numa", "skipped", None, None)
+    assert row.reason.startswith("ENOENT: this kernel has no automatic NUMA balancing")
+    assert report.error is None and report.rows[-1].step == "busy-poll"
+    engine.revert(root=root)
+    assert tree(root) == before
 
 
 def test_unavailable_governor_is_skipped(root):

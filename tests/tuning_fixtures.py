@@ -19,6 +19,7 @@ from cli_runner import ZEROLAYER  # noqa: F401 (re-exported to the tuning tests)
 from pyxdp.kernel import netns
 from pyxdp.lab import veth_lab as lab
 from pyxdp.tuning import profile as profiles
+from pyxdp.tuning.sysctl import SYSCTL_NAME
 
 # sysctls that change on their own while anything runs, each for a reason
 # unrelated to tuning: dentry/inode/file-handle counters move with every file
@@ -123,9 +124,12 @@ def write_profile(path, text: str) -> str:
     return str(path)
 
 
-def profile_text(name: str, *steps: tuple[str, dict]) -> str:
-    """A profile's TOML: one step per (id, knob), the knob a dict of its fields."""
+def profile_text(name: str, *steps: tuple[str, dict], include: str | None = None) -> str:
+    """A profile's TOML: one step per (id, knob), the knob a dict of its fields,
+    after `include = INCLUDE` if given."""
     lines = [f"name = {json.dumps(name)}"]
+    if include is not None:
+        lines.append(f"include = {json.dumps(include)}")
     for step_id, knob in steps:
         lines += ["[[step]]", f"id = {json.dumps(step_id)}", f'why = "test step {step_id}"',
                   "  [[step.knob]]"]
@@ -158,7 +162,7 @@ def shipped_sysctls() -> set[str]:
         for step in profiles.load(name).steps:
             for spec in step.knobs:
                 if spec.kind in ("sysctl", "refuse") or (
-                        spec.kind == "note" and profiles.SYSCTL_NAME.match(spec["name"])):
+                        spec.kind == "note" and SYSCTL_NAME.match(spec["name"])):
                     names.add(spec["name"])
     return names
 
@@ -175,12 +179,13 @@ def make_fake_root(base) -> str:
         path.write_text(content + "\n")
 
     for name in shipped_sysctls():
-        host_path = "/proc/sys/" + name.replace(".", "/")
+        # Only what this kernel has, and this user may read (bpf_jit_limit is
+        # root's alone): a missing file stands for a sysctl the kernel lacks.
         try:
-            with open(host_path) as f:
+            with open("/proc/sys/" + name.replace(".", "/")) as f:
                 put("proc/sys/" + name.replace(".", "/"), f.read().rstrip("\n"))
         except (FileNotFoundError, PermissionError):
-            pass  # a knob this host lacks, or root-only: the fake host lacks it too
+            pass
 
     put("sys/devices/system/cpu/online", "0-1")
     for cpu in (0, 1):

@@ -10,95 +10,43 @@
 import contextlib
 import errno
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.tuning import preflight
 from pyxdp.tuning.host import Host, opened
-from pyxdp.tuning.irq import IrqAffinity
-from pyxdp.tuning.knobs import (
-    CpuIdle,
-    Governor,
-    Knob,
-    NicAttr,
-    Sysctl,
-    Unavailable,
-    read_text,
-    reason_for,
-)
-from pyxdp.tuning.profile import SYSCTL_NAME, Profile
-from pyxdp.tuning.qdisc import RootQdisc
+from pyxdp.tuning.kind import Fixed
+from pyxdp.tuning.knobs import Knob, Unavailable, reason_for
+from pyxdp.tuning.preflight import Facts
+from pyxdp.tuning.profile import Profile
+from pyxdp.tuning.registry import KINDS, KNOBS
 from pyxdp.tuning.report import Report, Row
 from pyxdp.tuning.state import Store, default_dir
 
-KNOB_CLASSES = {
-    cls.kind: cls for cls in (Sysctl, NicAttr, RootQdisc, IrqAffinity, Governor, CpuIdle)
-}
 
-
-@dataclass
-class Item:
-    """One line of the plan: a knob and the profile's value, or a fixed row."""
+@dataclass(frozen=True)
+class Line:
+    """One line of the plan: a knob and the value the profile asks of it, or a
+    fixed row (a note, a refusal), under its step."""
 
     step: str
     item: int | None
     why: str
-    knob: Knob | None = None
-    value: str | None = None
-    row: Row | None = None
+    what: Knob | Fixed
+    value: str = ""  # what the profile asks of the knob (Knob.asked); a fixed row has none
 
 
-def plan(profile: Profile, host: Host, facts, interfaces) -> list[Item]:
-    """The profile's knobs in order, per-device ones once per interface."""
-    return [item for step in profile.steps for spec in step.knobs
-            for item in _expand(step, spec, host, facts, interfaces)]
-
-
-def _expand(step, spec, host: Host, facts, interfaces) -> list[Item]:
-    why = spec.why or step.why
-
-    def knob(k: Knob) -> Item:
-        return Item(step.id, step.item, why, k, spec.get("value"))
-
-    def fixed(label, status, reason, kind, before=None) -> Item:
-        row = Row(step.id, label, status=status, reason=reason, before=before,
-                  after=before, kind=kind, item=step.item)
-        return Item(step.id, step.item, why, row=row)
-
-    def per_interface(make, label) -> list[Item]:
-        return [knob(make(iface)) for iface in interfaces] or [
-            fixed(label, "skipped", "no --interface named, so no device to set", spec.kind)]
-
-    if spec.kind == "sysctl":
-        return [knob(Sysctl(host, facts, spec["name"], spec["scope"]))]
-    if spec.kind == "qdisc":
-        # Roots first: see qdisc.py for why revert needs this order.
-        return per_interface(lambda i: RootQdisc(host, facts, i), "IFACE root qdisc") + [
-            knob(Sysctl(host, facts, "net.core.default_qdisc", "global"))]
-    if spec.kind == "nic":
-        return per_interface(lambda i: NicAttr(host, facts, i, spec["attr"]),
-                             f"IFACE/{spec['attr']}")
-    if spec.kind == "irq_affinity":
-        return per_interface(lambda i: IrqAffinity(host, facts, i), "IFACE irq affinity")
-    if spec.kind == "governor":
-        return [knob(Governor(host, facts))]
-    if spec.kind == "cpuidle":
-        return [knob(CpuIdle(host, facts, spec["max_latency_us"]))]
-    if spec.kind == "refuse":
-        return [fixed(spec["name"], "refused", f"asked for {spec['value']}: {spec['reason']}",
-                      "sysctl", _current(host, spec["name"]))]
-    # A note: a checklist line that is not a host knob, with the reason why.
-    return [fixed(spec["name"], "skipped", spec["reason"], "note", _current(host, spec["name"]))]
-
-
-def _current(host: Host, name: str) -> str | None:
-    """A sysctl's value when NAME is one that exists here, to show beside a note."""
-    if not SYSCTL_NAME.match(name):
-        return None
-    try:
-        return read_text(host.sysctl_path(name))
-    except OSError:
-        return None
+def plan(profile: Profile, host: Host, facts: Facts, interfaces: Sequence[str]) -> list[Line]:
+    """The profile's entries in order, each expanded by its kind (per-device
+    knobs once per interface)."""
+    lines = []
+    for step in profile.steps:
+        for spec in step.knobs:
+            for what in KINDS[spec.kind].expand(spec, host, facts, interfaces):
+                value = what.asked(spec) if isinstance(what, Knob) else ""
+                lines.append(Line(step.id, step.item, spec.why or step.why, what, value))
+    return lines
 
 
 def _require_root(action: str) -> None:
@@ -106,7 +54,7 @@ def _require_root(action: str) -> None:
         raise ZerolayerError(f"{action} needs root: run it with sudo")
 
 
-def _check_interfaces(host: Host, interfaces) -> None:
+def _check_interfaces(host: Host, interfaces: Sequence[str]) -> None:
     if host.sys is None:
         return  # the namespace's sysfs is missing; each knob will say so
     for iface in interfaces:
@@ -129,7 +77,7 @@ def _with_note(why: str, knob: Knob) -> str:
     return f"{why}; {note}" if note else why
 
 
-def apply(profile: Profile, *, netns: str | None = None, interfaces=(),
+def apply(profile: Profile, *, netns: str | None = None, interfaces: Sequence[str] = (),
           dry_run: bool = False, strict: bool = False, root: str | None = None,
           state_dir: str | None = None) -> Report:
     if netns is not None or (root is None and not dry_run):
@@ -142,16 +90,16 @@ def apply(profile: Profile, *, netns: str | None = None, interfaces=(),
         # (and does not create the state directory).
         with contextlib.nullcontext() if dry_run else store.locked():
             state = None if dry_run else _state_for_apply(store, profile, report)
-            run = _Apply(host, store, state, dry_run)
-            for item in plan(profile, host, facts, interfaces):
-                row, missing = run.one(item)
+            run = _Apply(host, store, state)
+            for line in plan(profile, host, facts, interfaces):
+                row, missing = run.one(line)
                 report.rows.append(row)
                 if missing and strict and report.error is None:
                     report.error = (
                         f"--strict: {'apply would stop' if dry_run else 'stopped'} at "
                         f"step {row.step} ({row.knob}): {row.reason}"
                     )
-                    if not dry_run:
+                    if state is not None:
                         changed = sum(1 for e in state["knobs"] if e["wrote"])
                         report.error += (
                             f"; {changed} knob(s) changed before it, "
@@ -181,18 +129,22 @@ def _state_for_apply(store: Store, profile: Profile, report: Report) -> dict:
 
 
 class _Apply:
-    def __init__(self, host: Host, store: Store, state: dict | None, dry_run: bool):
+    """Applies plan lines one by one; without a STATE to record in, it only plans."""
+
+    def __init__(self, host: Host, store: Store, state: dict | None):
         self.host = host
         self.store = store
         self.state = state
-        self.dry_run = dry_run
 
-    def one(self, item: Item) -> tuple[Row, bool]:
-        """The row for ITEM, and whether it was skipped for something missing."""
-        if item.row is not None:
-            return item.row, False
-        knob = item.knob
-        row = Row(item.step, knob.label, kind=knob.kind, scope=knob.scope, item=item.item)
+    def one(self, line: Line) -> tuple[Row, bool]:
+        """The row for LINE, and whether it was skipped for something missing."""
+        if isinstance(line.what, Fixed):
+            fixed = line.what
+            return Row(line.step, fixed.label, before=fixed.before, after=fixed.before,
+                       status=fixed.status, reason=fixed.reason, kind=fixed.kind,
+                       item=line.item), False
+        knob = line.what
+        row = Row(line.step, knob.label, kind=knob.kind, scope=knob.scope, item=line.item)
 
         def done(status, reason, after=None, missing=False):
             row.status, row.reason, row.after = status, reason, after
@@ -203,37 +155,39 @@ class _Apply:
                         "own knobs change, this one would change the whole host")
         try:
             row.before = before = knob.read()
-            target = knob.target(item.value)
+            target = knob.target(line.value)
         except Unavailable as exc:
             return done("skipped", str(exc), after=row.before, missing=exc.missing)
         except OSError as exc:
             return done("skipped", reason_for(exc), after=row.before, missing=True)
-        why = _with_note(item.why, knob)
+        why = _with_note(line.why, knob)
+        state = self.state
         if knob.same(before, target):
-            if self.state is not None:
-                self._remember(item, knob, before, target, wrote=False)
+            if state is not None:
+                self._remember(state, line, knob, before, target, wrote=False)
             return done("unchanged", why, after=before)
-        if self.dry_run:
+        if state is None:
             return done("planned", why, after=target)
 
         # Write-ahead: the original is on disk before the knob changes.
-        entry, new = self._remember(item, knob, before, target, wrote=True)
-        self.store.save(self.state)
+        entry, new = self._remember(state, line, knob, before, target, wrote=True)
+        self.store.save(state)
         try:
             knob.write(target)
             after = knob.read()
         except OSError as exc:
-            self._put_back(knob, before, entry, new)
+            self._put_back(state, knob, before, entry, new)
             return done("skipped", reason_for(exc, target), after=before, missing=True)
         if not knob.same(after, target):
-            self._put_back(knob, before, entry, new)
+            self._put_back(state, knob, before, entry, new)
             return done("skipped", f"read back {after!r} after writing {target!r}; "
                         f"put {before!r} back", after=before, missing=True)
         return done("applied", why, after=after)
 
-    def _remember(self, item: Item, knob: Knob, before: str, target: str,
+    @staticmethod
+    def _remember(state: dict, line: Line, knob: Knob, before: str, target: str,
                   wrote: bool) -> tuple[dict, bool]:
-        for entry in self.state["knobs"]:
+        for entry in state["knobs"]:
             if entry["key"] == knob.key:
                 # The first snapshot stays: `original` is never replaced.
                 entry["written"] = target
@@ -241,13 +195,14 @@ class _Apply:
                 return entry, False
         entry = {
             "key": knob.key, "kind": knob.kind, "params": knob.params,
-            "scope": knob.scope, "step": item.step, "item": item.item, "label": knob.label,
+            "scope": knob.scope, "step": line.step, "item": line.item, "label": knob.label,
             "original": before, "written": target, "wrote": wrote,
         }
-        self.state["knobs"].append(entry)
+        state["knobs"].append(entry)
         return entry, True
 
-    def _put_back(self, knob: Knob, before: str, entry: dict, new: bool) -> None:
+    def _put_back(self, state: dict, knob: Knob, before: str, entry: dict,
+                  new: bool) -> None:
         """After a failed write: restore BEFORE, and forget the knob if that worked."""
         try:
             if not knob.same(knob.read(), before):
@@ -256,12 +211,12 @@ class _Apply:
         except OSError:
             back = False
         if back and new:
-            self.state["knobs"].remove(entry)
-        self.store.save(self.state)
+            state["knobs"].remove(entry)
+        self.store.save(state)
 
 
-def _rebuild(entry: dict, host: Host, facts) -> Knob:
-    return KNOB_CLASSES[entry["kind"]](host, facts, **entry["params"])
+def _rebuild(entry: dict, host: Host, facts: Facts) -> Knob:
+    return KNOBS[entry["kind"]](host, facts, **entry["params"])
 
 
 def _recorded(store: Store, host: Host, verb: str) -> dict | None:

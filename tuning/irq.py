@@ -10,12 +10,14 @@ IRQs are the machine's, not a namespace's: this knob is global.
 import errno
 import glob
 import os
+from collections.abc import Iterable, Sequence
 
+from pyxdp.tuning.kind import KnobSpec, one_of
 from pyxdp.tuning.knobs import FilesKnob, Unavailable, read_text, spread
 
 
 def parse_cpulist(text: str) -> set[int]:
-    cpus = set()
+    cpus: set[int] = set()
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -25,8 +27,9 @@ def parse_cpulist(text: str) -> set[int]:
     return cpus
 
 
-def format_cpulist(cpus) -> str:
-    ranges, run = [], []
+def format_cpulist(cpus: Iterable[int]) -> str:
+    ranges: list[list[int]] = []
+    run: list[int] = []
     for cpu in sorted(cpus):
         if run and cpu == run[-1] + 1:
             run.append(cpu)
@@ -40,13 +43,21 @@ def format_cpulist(cpus) -> str:
 
 
 class IrqAffinity(FilesKnob):
+    """The IRQs of one interface; a profile entry pins those of each --interface."""
+
     kind = "irq_affinity"
+    required = {"value": one_of("numa-local")}
     scope = "global"
 
     def __init__(self, host, facts, iface: str, irqs: list[int] | None = None):
         super().__init__(host, facts)
         self.iface = iface
         self.irqs = irqs
+
+    @classmethod
+    def expand(cls, spec: KnobSpec, host, facts, interfaces: Sequence[str]):
+        return cls.per_interface(interfaces, lambda iface: cls(host, facts, iface),
+                                 "IFACE irq affinity")
 
     @property
     def params(self):
@@ -107,7 +118,7 @@ class IrqAffinity(FilesKnob):
         }
 
     def target(self, value):
-        # The profile loader allows only "numa-local".
+        # The only value `required` lets through is "numa-local".
         node = self._numa_node()
         nodes = glob.glob(self.host.sys_path("devices", "system", "node", "node[0-9]*"))
         if node < 0 and len(nodes) > 1:

@@ -1,16 +1,24 @@
-"""Knob kinds that are files: sysctls, per-NIC sysfs, CPU governor, CPU idle states.
+"""Knobs: the kinds that are settings, which the engine reads, writes and restores.
 
 Every knob reads and writes its value as text, so that the engine, the state
 file and the report treat all kinds alike. A knob that spans several files
 (one per CPU, one per IRQ) shows one value when they agree and
 `cpu0=a cpu1=b` when they do not; writing either form back restores it.
+
+The kinds themselves live in their own modules (sysctl, nic, cpu, irq, qdisc);
+this one has their base classes and the file helpers they share.
 """
 
 import errno
-import glob
 import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyxdp.tuning.host import Host
+from pyxdp.tuning.kind import Fixed, Kind, KnobSpec
+
+if TYPE_CHECKING:
+    from pyxdp.tuning.preflight import Facts
 
 
 class Unavailable(Exception):
@@ -36,7 +44,7 @@ _MEANING = {
 
 def reason_for(exc: OSError | Unavailable, value: str | None = None) -> str:
     """One line for a failed read or write: the errno name, then what it means."""
-    if isinstance(exc, Unavailable):
+    if isinstance(exc, Unavailable) or exc.errno is None:
         return str(exc)
     name = errno.errorcode.get(exc.errno, f"errno {exc.errno}")
     if exc.errno in (errno.EINVAL, errno.ERANGE) and value is not None:
@@ -95,7 +103,7 @@ def write_files(paths: dict[str, str], values: dict[str, str]) -> None:
         raise
 
 
-def require_qdisc(facts, kind: str) -> None:
+def require_qdisc(facts: "Facts", kind: str) -> None:
     """Raise Unavailable when the kernel is known to lack qdisc KIND."""
     if facts.qdisc_available(kind) is False:
         raise Unavailable(
@@ -103,28 +111,41 @@ def require_qdisc(facts, kind: str) -> None:
         )
 
 
-def cpu_dirs(host: Host) -> list[tuple[str, str]]:
-    """(cpuN, path) for each CPU in sysfs, in numeric order."""
-    base = host.sys_path("devices", "system", "cpu")
-    found = []
-    for path in glob.glob(os.path.join(base, "cpu[0-9]*")):
-        name = os.path.basename(path)
-        found.append((int(name[3:]), name, path))
-    return [(name, path) for _, name, path in sorted(found)]
+class Knob(Kind):
+    """One setting: read it, write it, put the original back.
 
+    The state file keeps `kind` and `params`, and --revert rebuilds the knob as
+    `cls(host, facts, **params)`: whatever the constructor takes beyond those
+    two must be in `params`, or have a default that revert can do with.
+    """
 
-class Knob:
-    """One setting: read it, write it, put the original back."""
-
-    kind = ""
     scope = "global"  # or "netns": lives inside a network namespace
 
-    def __init__(self, host: Host, facts):
+    def __init__(self, host: Host, facts: "Facts"):
         self.host = host
         self.facts = facts
 
+    @classmethod
+    def expand(cls, spec, host, facts, interfaces):
+        # One knob per host; kinds whose knobs take more than that override this.
+        return [cls(host, facts)]
+
+    @classmethod
+    def asked(cls, spec: KnobSpec) -> str:
+        """The value profile entry SPEC asks of this knob; target() checks it here."""
+        return spec["value"]
+
+    @classmethod
+    def per_interface(cls, interfaces: Sequence[str], make: Callable[[str], "Knob"],
+                      label: str) -> list["Knob | Fixed"]:
+        """One knob per --interface, or, when none was named, a row that says so."""
+        if not interfaces:
+            return [Fixed(label, "skipped", "no --interface named, so no device to set",
+                          cls.kind)]
+        return [make(iface) for iface in interfaces]
+
     @property
-    def params(self) -> dict:
+    def params(self) -> dict[str, Any]:
         """What the state file keeps to rebuild this knob for --revert."""
         return {}
 
@@ -183,169 +204,3 @@ class FilesKnob(Knob):
     def write(self, value):
         paths = self._paths()
         write_files(paths, spread(value, paths))
-
-
-class Sysctl(FileKnob):
-    kind = "sysctl"
-
-    def __init__(self, host, facts, name: str, scope: str):
-        super().__init__(host, facts)
-        self.name = name
-        self.scope = scope
-
-    @property
-    def params(self):
-        return {"name": self.name, "scope": self.scope}
-
-    @property
-    def key(self):
-        return f"sysctl:{self.name}"
-
-    @property
-    def label(self):
-        return self.name
-
-    @property
-    def path(self):
-        return self.host.sysctl_path(self.name)
-
-    def target(self, value):
-        # Two values the kernel would only reject after a write; saying why
-        # up front lets --dry-run tell the truth too.
-        if self.name == "net.ipv4.tcp_congestion_control":
-            available = self.facts.congestion_controls
-            if available is not None and value not in available:
-                raise Unavailable(
-                    f"ENOENT: congestion control {value!r} is not in this kernel "
-                    f"(available: {' '.join(available)})"
-                )
-        if self.name == "net.core.default_qdisc":
-            require_qdisc(self.facts, value)
-        return value
-
-
-class NicAttr(FileKnob):
-    """A per-device file in /sys/class/net/IFACE/, such as gro_flush_timeout."""
-
-    kind = "nic"
-    scope = "netns"  # a device belongs to one namespace
-
-    def __init__(self, host, facts, iface: str, attr: str):
-        super().__init__(host, facts)
-        self.iface = iface
-        self.attr = attr
-
-    @property
-    def params(self):
-        return {"iface": self.iface, "attr": self.attr}
-
-    @property
-    def label(self):
-        return f"{self.iface}/{self.attr}"
-
-    @property
-    def path(self):
-        return self.host.sys_path("class", "net", self.iface, self.attr)
-
-
-class Governor(FilesKnob):
-    """cpufreq scaling_governor of every CPU."""
-
-    kind = "governor"
-
-    @property
-    def label(self):
-        return "cpufreq scaling_governor"
-
-    def _paths(self) -> dict[str, str]:
-        paths = {
-            name: os.path.join(path, "cpufreq", "scaling_governor")
-            for name, path in cpu_dirs(self.host)
-            if os.path.exists(os.path.join(path, "cpufreq", "scaling_governor"))
-        }
-        if not paths:
-            raise Unavailable(
-                "ENOENT: no cpufreq in sysfs (no frequency scaling exposed; "
-                "usual in a VM, where the hypervisor owns it)"
-            )
-        return paths
-
-    def target(self, value):
-        first = next(iter(self._paths().values()))
-        offered = os.path.join(os.path.dirname(first), "scaling_available_governors")
-        try:
-            governors = read_text(offered).split()
-        except OSError:
-            return value  # the driver does not list them; the write will tell
-        if value not in governors:
-            raise Unavailable(
-                f"EINVAL: governor {value!r} is not offered here "
-                f"(offered: {' '.join(governors)})"
-            )
-        return value
-
-
-class CpuIdle(Knob):
-    """The CPU idle states deeper than a wake-up latency, disabled in sysfs.
-
-    The value is, per CPU, the names of the disabled states (or `none`).
-    This is what `cpupower idle-set -D` does; unlike a PM QoS request through
-    /dev/cpu_dma_latency, it lasts after the process that set it exits.
-    """
-
-    kind = "cpuidle"
-
-    def __init__(self, host, facts, max_latency_us: int | None = None):
-        super().__init__(host, facts)
-        self.max_latency_us = max_latency_us
-
-    @property
-    def label(self):
-        return "cpuidle states disabled"
-
-    def _states(self) -> dict[str, list[str]]:
-        """cpuN -> its stateM directories, in index order."""
-        states = {}
-        for cpu, path in cpu_dirs(self.host):
-            found = glob.glob(os.path.join(path, "cpuidle", "state[0-9]*"))
-            if found:
-                states[cpu] = sorted(found, key=lambda d: int(os.path.basename(d)[5:]))
-        if not states:
-            raise Unavailable("ENOENT: no cpuidle states in sysfs (no idle driver)")
-        return states
-
-    def target(self, value):
-        # States already disabled stay disabled: this knob only adds the deep ones.
-        wanted = {}
-        for cpu, dirs in self._states().items():
-            names = [
-                read_text(os.path.join(d, "name"))
-                for d in dirs
-                if int(read_text(os.path.join(d, "latency"))) > self.max_latency_us
-                or read_text(os.path.join(d, "disable")) == "1"
-            ]
-            wanted[cpu] = ",".join(names) or "none"
-        return collapse(wanted)
-
-    def read(self):
-        disabled = {}
-        for cpu, dirs in self._states().items():
-            names = [
-                read_text(os.path.join(d, "name"))
-                for d in dirs
-                if read_text(os.path.join(d, "disable")) == "1"
-            ]
-            disabled[cpu] = ",".join(names) or "none"
-        return collapse(disabled)
-
-    def write(self, value):
-        states = self._states()
-        wanted = spread(value, states)
-        paths, values = {}, {}
-        for cpu, dirs in states.items():
-            off = set(wanted[cpu].split(",")) - {"none"}
-            for d in dirs:
-                key = f"{cpu}/{os.path.basename(d)}"
-                paths[key] = os.path.join(d, "disable")
-                values[key] = "1" if read_text(os.path.join(d, "name")) in off else "0"
-        write_files(paths, values)

@@ -3,6 +3,18 @@
 A profile is found by name among the files shipped in `profiles/`, or read
 from a path. Everything is checked on load, so a typo in a profile fails
 before any knob is touched, with the file, step and field in the message.
+Each `[[step.knob]]` is checked by the class of its kind (registry.KINDS).
+
+`include = "NAME"` at the top builds on another profile (a shipped name, or a
+path taken relative to the including file):
+- the included profile's steps come first, in their order, then the
+  including profile's own;
+- an own step with the id of an included step replaces it, and stands where
+  the including profile puts it. It keeps whatever it does not give: a step
+  with only `id` and `item` moves the included step here and numbers it; a
+  `why` replaces the why; `[[step.knob]]` entries replace all of its knobs.
+  So a profile that names every included step reads in the order it applies;
+- includes nest; a cycle, or an include that cannot be found, fails on load.
 """
 
 import os
@@ -10,40 +22,14 @@ import re
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.tuning.kind import FieldError, KnobSpec
+from pyxdp.tuning.registry import KINDS
 
-SCOPES = ("netns", "global")
-
-# The fields each knob kind takes, besides `kind`. Every kind may also have a
-# `why`, which replaces the step's reason for that one knob.
-KNOB_FIELDS = {
-    "sysctl": {"name", "value", "scope"},
-    "qdisc": {"value"},
-    "nic": {"attr", "value"},
-    "irq_affinity": {"value"},
-    "governor": {"value"},
-    "cpuidle": {"max_latency_us"},
-    "refuse": {"name", "value", "reason"},
-    "note": {"name", "reason"},
-}
-
-SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_/-]+)+$")
 _STEP_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_NIC_ATTR = re.compile(r"^[a-z0-9_]+$")
-
-
-@dataclass(frozen=True)
-class KnobSpec:
-    kind: str
-    fields: dict
-    why: str | None = None
-
-    def __getitem__(self, name):
-        return self.fields[name]
-
-    def get(self, name, default=None):
-        return self.fields.get(name, default)
+_STEP_FIELDS = {"id", "why", "item", "knob"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +47,16 @@ class Profile:
     steps: tuple[Step, ...]
 
 
+@dataclass(frozen=True)
+class _Source:
+    """A profile's text, the name messages give it, and what tells it apart in a cycle."""
+
+    text: str
+    label: str
+    key: str
+    directory: str | None  # where the paths it includes are taken from
+
+
 def _profiles_dir():
     return resources.files(__package__) / "profiles"
 
@@ -76,113 +72,126 @@ def shipped() -> list[str]:
 
 def load(name_or_path: str) -> Profile:
     """Load a shipped profile by name, or a profile file by path."""
-    looks_like_path = os.sep in name_or_path or name_or_path.endswith(".toml")
-    if looks_like_path:
-        try:
-            with open(name_or_path, "rb") as f:
-                raw = f.read()
-        except OSError as exc:
-            raise ZerolayerError(
-                f"cannot read profile {name_or_path}: {exc.strerror}"
-            ) from None
-        source = name_or_path
-    else:
-        entry = _profiles_dir() / f"{name_or_path}.toml"
-        if not entry.is_file():
-            raise ZerolayerError(
-                f"no profile named {name_or_path!r}: choose one of "
-                f"{', '.join(shipped())}, or give the path of a .toml file"
-            )
-        raw = entry.read_bytes()
-        source = f"{name_or_path} (shipped)"
-    return parse(raw.decode(), source)
+    source = _read(name_or_path, None)
+    return _parse(source, chain=(source,))
 
 
 def parse(text: str, source: str = "<string>") -> Profile:
-    def fail(where: str, what: str):
-        raise ZerolayerError(f"profile {source}: {where}: {what}")
+    """The profile in TEXT, called SOURCE in messages; it includes paths from the cwd."""
+    string = _Source(text, source, source, None)
+    return _parse(string, chain=(string,))
 
+
+def _read(name_or_path: str, directory: str | None) -> _Source:
+    if os.sep in name_or_path or name_or_path.endswith(".toml"):
+        path = os.path.join(directory or "", name_or_path)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise ZerolayerError(f"cannot read profile {path}: {exc.strerror}") from None
+        return _Source(raw.decode(), path, os.path.realpath(path), os.path.dirname(path))
+    entry = _profiles_dir() / f"{name_or_path}.toml"
+    if not entry.is_file():
+        raise ZerolayerError(
+            f"no profile named {name_or_path!r}: choose one of "
+            f"{', '.join(shipped())}, or give the path of a .toml file"
+        )
+    label = f"{name_or_path} (shipped)"
+    return _Source(entry.read_bytes().decode(), label, label, None)
+
+
+def _error(source: _Source, where: str, what: str) -> ZerolayerError:
+    return ZerolayerError(f"profile {source.label}: {where}: {what}")
+
+
+def _parse(source: _Source, chain: tuple[_Source, ...]) -> Profile:
+    """SOURCE's profile; CHAIN is the includes that led here, SOURCE last."""
     try:
-        data = tomllib.loads(text)
+        data = tomllib.loads(source.text)
     except tomllib.TOMLDecodeError as exc:
-        raise ZerolayerError(f"profile {source} is not valid TOML: {exc}") from None
+        raise ZerolayerError(f"profile {source.label} is not valid TOML: {exc}") from None
 
-    unknown = set(data) - {"name", "summary", "step"}
+    unknown = set(data) - {"name", "summary", "include", "step"}
     if unknown:
-        fail("top level", f"unknown field(s) {', '.join(sorted(unknown))}")
+        raise _error(source, "top level", f"unknown field(s) {', '.join(sorted(unknown))}")
     name = data.get("name")
     if not isinstance(name, str) or not name:
-        fail("top level", "needs a `name`")
-    steps_raw = data.get("step")
-    if not isinstance(steps_raw, list) or not steps_raw:
-        fail("top level", "needs at least one [[step]]")
+        raise _error(source, "top level", "needs a `name`")
+    summary = data.get("summary", "")
+    if not isinstance(summary, str):
+        raise _error(source, "top level", "`summary` must be a string")
+    included = _include(data["include"], source, chain) if "include" in data else ()
+    steps_raw = data.get("step", [])
+    if (not isinstance(steps_raw, list) or not all(isinstance(s, dict) for s in steps_raw)
+            or not (steps_raw or included)):
+        raise _error(source, "top level", "needs at least one [[step]]")
 
-    steps = []
-    seen_ids = set()
-    for number, raw_step in enumerate(steps_raw, 1):
+    own = _steps(steps_raw, source, {step.id: step for step in included})
+    replaced = {step.id for step in own}
+    steps = tuple(step for step in included if step.id not in replaced) + own
+    return Profile(name=name, summary=summary, steps=steps)
+
+
+def _include(name: Any, source: _Source, chain: tuple[_Source, ...]) -> tuple[Step, ...]:
+    """The steps of the profile SOURCE includes."""
+    if not isinstance(name, str) or not name:
+        raise _error(source, "top level", "`include` must be the name or path of a profile")
+    try:
+        included = _read(name, source.directory)
+    except ZerolayerError as exc:
+        raise _error(source, "top level", f"include: {exc}") from None
+    keys = [link.key for link in chain]
+    if included.key in keys:
+        loop = [link.label for link in chain[keys.index(included.key):]] + [included.label]
+        raise _error(source, "top level", f"include cycle: {' -> '.join(loop)}")
+    return _parse(included, chain + (included,)).steps
+
+
+def _steps(steps_raw: list[dict], source: _Source,
+           included: dict[str, Step]) -> tuple[Step, ...]:
+    steps: list[Step] = []
+    for number, raw in enumerate(steps_raw, 1):
         where = f"step {number}"
-        unknown = set(raw_step) - {"id", "why", "item", "knob"}
+        unknown = set(raw) - _STEP_FIELDS
         if unknown:
-            fail(where, f"unknown field(s) {', '.join(sorted(unknown))}")
-        step_id = raw_step.get("id")
+            raise _error(source, where, f"unknown field(s) {', '.join(sorted(unknown))}")
+        step_id = raw.get("id")
         if not isinstance(step_id, str) or not _STEP_ID.match(step_id):
-            fail(where, "needs an `id` of lower-case letters, digits and dashes")
-        if step_id in seen_ids:
-            fail(where, f"id {step_id!r} is used twice")
-        seen_ids.add(step_id)
-        where = f"step {step_id!r}"
-        why = raw_step.get("why")
-        if not isinstance(why, str) or not why.strip():
-            fail(where, "needs a one-line `why`")
-        item = raw_step.get("item")
-        if item is not None and not isinstance(item, int):
-            fail(where, "`item` must be an integer")
-        knobs_raw = raw_step.get("knob")
+            raise _error(source, where, "needs an `id` of lower-case letters, digits and dashes")
+        if any(step.id == step_id for step in steps):
+            raise _error(source, where, f"id {step_id!r} is used twice")
+        steps.append(_step(raw, source, f"step {step_id!r}", included.get(step_id)))
+    return tuple(steps)
+
+
+def _step(raw: dict, source: _Source, where: str, replaces: Step | None) -> Step:
+    """The step RAW describes; what it leaves out comes from the step it REPLACES."""
+    why = raw.get("why", replaces.why if replaces else None)
+    if not isinstance(why, str) or not why.strip():
+        raise _error(source, where, "needs a one-line `why`")
+    item = raw.get("item", replaces.item if replaces else None)
+    if item is not None and (not isinstance(item, int) or isinstance(item, bool)):
+        raise _error(source, where, "`item` must be an integer")
+    if "knob" in raw:
+        knobs_raw = raw["knob"]
         if not isinstance(knobs_raw, list) or not knobs_raw:
-            fail(where, "needs at least one [[step.knob]]")
-        knobs = tuple(
-            _parse_knob(raw, f"{where} knob {n}", fail)
-            for n, raw in enumerate(knobs_raw, 1)
-        )
-        steps.append(Step(id=step_id, why=why.strip(), knobs=knobs, item=item))
-    return Profile(name=name, summary=data.get("summary", ""), steps=tuple(steps))
+            raise _error(source, where, "needs at least one [[step.knob]]")
+        knobs = tuple(_knob(entry, source, f"{where} knob {n}")
+                      for n, entry in enumerate(knobs_raw, 1))
+    elif replaces is not None:
+        knobs = replaces.knobs
+    else:
+        raise _error(source, where, "needs at least one [[step.knob]]")
+    return Step(id=raw["id"], why=why.strip(), knobs=knobs, item=item)
 
 
-def _parse_knob(raw: dict, where: str, fail) -> KnobSpec:
-    kind = raw.get("kind")
-    if kind not in KNOB_FIELDS:
-        fail(where, f"`kind` must be one of {', '.join(KNOB_FIELDS)}")
-    required = KNOB_FIELDS[kind]
-    given = set(raw) - {"kind", "why"}
-    missing = required - given
-    if missing:
-        fail(where, f"{kind} knob needs {', '.join(sorted(missing))}")
-    unknown = given - required
-    if unknown:
-        fail(where, f"unknown field(s) {', '.join(sorted(unknown))} for a {kind} knob")
-    fields = {key: raw[key] for key in given}
-
-    for key in ("value", "name", "reason", "attr"):
-        if key in fields and not isinstance(fields[key], str):
-            fail(where, f"`{key}` must be a string (quote numbers: value = \"1\")")
-    if kind in ("sysctl", "refuse") and not SYSCTL_NAME.match(fields["name"]):
-        fail(where, f"{fields['name']!r} is not a sysctl name like net.core.rmem_max")
-    if kind == "sysctl":
-        if fields["scope"] not in SCOPES:
-            fail(where, "`scope` must be \"netns\" or \"global\"")
-        # Only net.* sysctls can be per-netns. Anything else written from
-        # inside a namespace (kernel.*, vm.*) would change the whole host.
-        if fields["scope"] == "netns" and not fields["name"].startswith("net."):
-            fail(where, f"{fields['name']} is not under net.*, so it cannot be per-netns")
-    if kind == "nic" and not _NIC_ATTR.match(fields["attr"]):
-        fail(where, f"{fields['attr']!r} is not a /sys/class/net/IFACE attribute name")
-    if kind == "irq_affinity" and fields["value"] != "numa-local":
-        fail(where, "the only irq_affinity value is \"numa-local\"")
-    if kind == "cpuidle":
-        latency = fields["max_latency_us"]
-        if not isinstance(latency, int) or latency < 0:
-            fail(where, "`max_latency_us` must be a non-negative integer")
-    why = raw.get("why")
-    if why is not None and not isinstance(why, str):
-        fail(where, "`why` must be a string")
-    return KnobSpec(kind=kind, fields=fields, why=why)
+def _knob(raw: Any, source: _Source, where: str) -> KnobSpec:
+    kind = raw.get("kind") if isinstance(raw, dict) else None
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise _error(source, where, f"`kind` must be one of {', '.join(KINDS)}")
+    try:
+        return cls.spec(raw)
+    except FieldError as exc:
+        raise _error(source, where, str(exc)) from None

@@ -8,9 +8,9 @@ device the kernel's root is mq, and it is the per-queue children that get the
 new kind, as the kernel itself does with default_qdisc.
 
 Revert deletes our root, and the kernel attaches its default again. That
-default is built from net.core.default_qdisc, which is why the engine puts
-root knobs *before* default_qdisc: revert, running backwards, restores
-default_qdisc first, so the interface gets back exactly what it had.
+default is built from net.core.default_qdisc, which is why a qdisc entry
+expands to the root knobs *before* default_qdisc: revert, running backwards,
+restores default_qdisc first, so the interface gets back exactly what it had.
 
 Requests carry only the qdisc kind, like `tc qdisc replace dev X root KIND`
 with no parameters, so the kernel picks every default. (pyroute2's tc()
@@ -30,9 +30,12 @@ import ctypes
 import errno
 import os
 import threading
+from collections.abc import Sequence
 
 from pyxdp.kernel.netns import CLONE_NEWNET
+from pyxdp.tuning.kind import KnobSpec, text
 from pyxdp.tuning.knobs import Knob, Unavailable, collapse, require_qdisc
+from pyxdp.tuning.sysctl import Sysctl
 
 TC_H_ROOT = 0xFFFFFFFF
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -135,12 +138,23 @@ def kind_known(kind: str) -> bool:
 
 
 class RootQdisc(Knob):
+    """The root qdisc of one interface. A profile entry (`kind = "qdisc"`) sets it on
+    each --interface, then net.core.default_qdisc for the devices made later."""
+
     kind = "qdisc"
+    required = {"value": text}
     scope = "netns"
 
     def __init__(self, host, facts, iface: str):
         super().__init__(host, facts)
         self.iface = iface
+
+    @classmethod
+    def expand(cls, spec: KnobSpec, host, facts, interfaces: Sequence[str]):
+        # Roots first: the top of this module says why revert needs this order.
+        roots = cls.per_interface(interfaces, lambda iface: cls(host, facts, iface),
+                                  "IFACE root qdisc")
+        return [*roots, Sysctl(host, facts, "net.core.default_qdisc", "global")]
 
     @property
     def params(self):
