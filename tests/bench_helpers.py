@@ -6,6 +6,16 @@ import json
 from cli_runner import run_cli
 
 FIGURE_KEYS = {"median", "min", "max", "rounds", "values"}
+# The delivery section's keys, in order (docs/spec.md §5.9).
+DELIVERY_KEYS = [
+    "xsk_mode", "delivery_frames_offered", "delivery_load",
+    "xsk_fps", "udp_fps", "delivery_ratio",
+    "xsk_touch_fps", "udp_touch_fps", "delivery_touch_ratio",
+    "xsk_act_fps", "udp_act_fps", "delivery_act_ratio",
+    "c_touch_fps", "xsk_touch_vs_c_ratio", "c_consumer",
+    "xsk_lost", "udp_lost", "xsk_touch_lost", "udp_touch_lost", "xsk_act_lost", "udp_act_lost",
+    "c_touch_lost", "delivery_last_round",
+]
 
 
 def bench_json(*args) -> tuple[dict, str]:

@@ -5,7 +5,7 @@ numbers belong to the benchmark, not to the tests."""
 
 import pytest
 
-from bench_helpers import assert_figure, bench_json
+from bench_helpers import DELIVERY_KEYS, assert_figure, bench_json
 from pyxdp.bench import runner as bench
 
 pytestmark = pytest.mark.root
@@ -13,8 +13,6 @@ pytestmark = pytest.mark.root
 PARSER_KEYS = ["parser_ns", "pass_floor_ns", "parser_ratio", "parser_method"]
 XDP_KEYS = ["xdp_mode", "xdp_load", "zerolayer_dps", "pass_counter_dps", "xdp_ratio",
             "generator_pps", "generator_sent", "seen_by_dut"]
-DELIVERY_KEYS = ["xsk_mode", "delivery_frames_offered", "xsk_fps", "udp_fps", "delivery_ratio",
-                 "xsk_lost", "udp_lost", "delivery_last_round"]
 # docs/spec.md §5.9, in order
 DEFAULT_KEYS = ["machine", "quick", *PARSER_KEYS, *XDP_KEYS, *DELIVERY_KEYS, "targets",
                 "duration_s"]
@@ -50,14 +48,17 @@ def test_the_default_run_produces_every_key_in_order(quick_run):
     assert report["quick"] is True
     check_parser(report, bench.QUICK.parser_rounds)
     check_xdp(report, bench.QUICK.xdp_rounds)
-    for key in ("xsk_fps", "udp_fps", "delivery_ratio", "xsk_lost", "udp_lost"):
+    for key in ("xsk_fps", "udp_fps", "delivery_ratio", "xsk_lost", "udp_lost",
+                "xsk_touch_fps", "udp_touch_fps", "delivery_touch_ratio", "xsk_act_fps",
+                "udp_act_fps", "delivery_act_ratio", "c_touch_fps", "xsk_touch_vs_c_ratio"):
         assert_figure(report[key], bench.QUICK.delivery_rounds)
     assert report["xsk_mode"] in ("copy", "zero-copy")
     assert report["xsk_fps"]["median"] > 0 and report["udp_fps"]["median"] > 0
     assert report["delivery_last_round"]["frames_offered"] == report["delivery_frames_offered"]
     assert {"kernel", "cpus", "arch"} <= set(report["machine"])
     assert [t["key"] for t in report["targets"]] == [
-        "parser_ratio.4", "xdp_ratio", "delivery_ratio", "delivery_ratio"]
+        "parser_ratio.4", "xdp_ratio", "delivery_touch_ratio", "delivery_touch_ratio",
+        "xsk_touch_vs_c_ratio"]
     assert all(isinstance(t["met"], bool) for t in report["targets"])
     # progress went to stderr, so stdout is one JSON document
     assert "parser cost" in progress and "TCP relay" not in progress

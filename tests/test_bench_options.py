@@ -97,11 +97,18 @@ def test_figures_and_targets():
     fig = figure([3, 1, 2])
     assert (fig["median"], fig["min"], fig["max"], fig["rounds"]) == (2, 1, 3, 3)
     report = {"parser_ratio": {"4": figure([2.5])}, "xdp_ratio": figure([0.9]),
-              "delivery_ratio": figure([2.4])}
-    met = [(t["kind"], t["met"]) for t in bench.targets(report)]
-    assert met == [("target", False), ("target", True), ("target", True), ("goal", False)]
+              "delivery_ratio": figure([9.0]), "delivery_touch_ratio": figure([2.4]),
+              "xsk_touch_vs_c_ratio": figure([0.7])}
+    met = [(t["key"], t["kind"], t["met"]) for t in bench.targets(report)]
+    assert met == [("parser_ratio.4", "target", False), ("xdp_ratio", "target", True),
+                   ("delivery_touch_ratio", "target", True),
+                   ("delivery_touch_ratio", "goal", False),
+                   ("xsk_touch_vs_c_ratio", "target", False)]
     # a section not run has no targets
     assert [t["key"] for t in bench.targets({"xdp_ratio": figure([0.5])})] == ["xdp_ratio"]
+    # nor has a figure that was skipped (the C consumer, without a compiler)
+    skipped = {"delivery_touch_ratio": figure([2.4]), "xsk_touch_vs_c_ratio": None}
+    assert [t["key"] for t in bench.targets(skipped)] == ["delivery_touch_ratio"] * 2
 
 
 def test_the_relay_targets_name_their_figures():

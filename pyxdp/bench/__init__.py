@@ -2,8 +2,29 @@
 
 The sections, in the order they run and report (pyxdp.bench.runner):
 parser (parser cost), xdp (XDP path throughput), delivery (delivery into
-Python) and relay (the TCP relay). Kept here, light, for the CLI to list.
+Python) and relay (the TCP relay). Kept here, light, for the CLI to list,
+with the delivery section's tiers of work per frame (done by
+pyxdp.bench.tiers) and the report keys of their figures.
 """
 
 SECTIONS = ("parser", "xdp", "delivery", "relay")
 DEFAULT_SECTIONS = ("parser", "xdp", "delivery")
+
+TIERS = ("count", "touch", "act")
+TIER_WORK = {
+    "count": "count datagrams, read no byte of a frame (UDP: recv_into)",
+    "touch": "each frame's type and payload as Python objects (FrameType, memoryview)",
+    "act": "touch, and each TOKEN frame's text appended to its flow's stream",
+}
+
+
+def delivery_keys(tier: str) -> dict[str, str]:
+    """The report keys of TIER's figures: frames/s of pyxdp ("xsk") and of
+    the UDP socket ("udp"), their ratio, and the frames each lost. The count
+    tier keeps the keys the section had before it had tiers."""
+    if tier == "count":
+        return {"xsk": "xsk_fps", "udp": "udp_fps", "ratio": "delivery_ratio",
+                "xsk_lost": "xsk_lost", "udp_lost": "udp_lost"}
+    return {"xsk": f"xsk_{tier}_fps", "udp": f"udp_{tier}_fps",
+            "ratio": f"delivery_{tier}_ratio", "xsk_lost": f"xsk_{tier}_lost",
+            "udp_lost": f"udp_{tier}_lost"}

@@ -7,10 +7,11 @@ inside the functions, so that nothing else needs it installed."""
 
 import sys
 
+from pyxdp.bench import TIERS, delivery_keys
 from pyxdp.bench.figures import figure_of
 from pyxdp.errors import ZerolayerError
 
-ZEROLAYER, FLOOR = "#1f77b4", "#b0b0b0"
+ZEROLAYER, FLOOR, C_CEILING = "#1f77b4", "#b0b0b0", "#2ca02c"
 
 
 def require_matplotlib() -> None:
@@ -24,11 +25,11 @@ def require_matplotlib() -> None:
         ) from None
 
 
-def _bar(ax, x, fig, color, label, scale=1.0):
+def _bar(ax, x, fig, color, label, scale=1.0, width=0.38):
     """A bar at the median, a whisker from min to max, the median above it."""
     median, top = fig["median"] / scale, fig["max"] / scale
     err = [[median - fig["min"] / scale], [top - median]]
-    ax.bar(x, median, width=0.38, color=color, label=label, yerr=err, capsize=3)
+    ax.bar(x, median, width=width, color=color, label=label, yerr=err, capsize=3)
     text = f"{median:,.1f}" if scale == 1.0 else f"{median:,.2f}"
     ax.annotate(text, (x, top), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
 
@@ -66,11 +67,28 @@ def _xdp_panel(ax, report):
 
 
 def _delivery_panel(ax, report):
-    _bar(ax, 0, report["xsk_fps"], ZEROLAYER, None, 1e6)
-    _bar(ax, 1, report["udp_fps"], FLOOR, None, 1e6)
-    ax.set_xticks([0, 1], [f"AF_XDP ({report['xsk_mode']})", "UDP recv_into"])
-    ax.set_title("Delivery into Python, M frames/s", fontsize=10)
-    _ratio_note(ax, report, "delivery_ratio", "ratio: ")
+    """pyxdp and the UDP socket side by side at each tier, the C consumer
+    beside them at the touch tier."""
+    for i, tier in enumerate(TIERS):
+        keys = delivery_keys(tier)
+        _bar(ax, i - 0.28, report[keys["xsk"]], ZEROLAYER,
+             f"pyxdp, AF_XDP ({report['xsk_mode']})" if i == 0 else None, 1e6, 0.27)
+        _bar(ax, i, report[keys["udp"]], FLOOR, "UDP socket" if i == 0 else None, 1e6, 0.27)
+    if report["c_touch_fps"] is not None:
+        _bar(ax, TIERS.index("touch") + 0.28, report["c_touch_fps"], C_CEILING,
+             f"C on libxdp, AF_XDP ({report['c_consumer']['mode']})", 1e6, 0.27)
+    ax.set_xticks(range(len(TIERS)), list(TIERS))
+    ax.set_title("Delivery into Python by work per frame, M frames/s", fontsize=10)
+    notes = []
+    for key, text in (("delivery_touch_ratio", "touch, pyxdp/UDP: "),
+                      ("xsk_touch_vs_c_ratio", "touch, pyxdp/C: ")):
+        fig = figure_of(report, key)
+        if fig is not None:
+            notes.append(f"{text}{fig['median']:.2f}x; {_verdicts(report, key)}")
+    if report["c_consumer"]["skipped"]:
+        notes.append(f"C consumer skipped: {report['c_consumer']['skipped']}")
+    ax.set_xlabel("\n".join(notes), fontsize=8)
+    ax.legend(fontsize=7)
 
 
 def _relay_panel(ax, report):
@@ -109,7 +127,9 @@ def write(report: dict, path: str) -> None:
     from matplotlib import pyplot as plt
 
     panels = [draw for key, draw in PANELS if key in report]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.7 * len(panels), 5), squeeze=False)
+    # at least wide enough for the title when one panel is drawn
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(4.7 * len(panels), 7.0), 5),
+                             squeeze=False)
     for ax, draw in zip(axes[0], panels):
         draw(ax, report)
 

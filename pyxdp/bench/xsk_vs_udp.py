@@ -1,36 +1,42 @@
-"""Delivery into Python: the same offered load into a UDP socket's
-`recv_into` loop, then into pyxdp.xsk, in one run on one lab.
+"""Delivery into Python: the same offered load into a UDP socket, into
+pyxdp.xsk and into a C consumer on libxdp, at each tier of work per frame
+(pyxdp.bench.tiers), in one run on one lab.
 
-The load is N copies of one token datagram (one TOKEN frame) from the
-BPF_PROG_RUN live-frames generator in the lab's peer namespace, sent flat
-out from a thread while the consumer runs in the calling thread; with two or
-more CPUs the two are pinned to different CPUs. veth runs dut0's NAPI where
-the generator's frames are flushed, so the generator's CPU also does dut0's
+The load is N datagrams, each one 16-byte TOKEN frame, from FLOWS source
+ports in turn, sent by the BPF_PROG_RUN live-frames generator in the lab's
+peer namespace flat out from a thread while the consumer runs in the
+calling thread (the C consumer in a process of its own); with two or more
+CPUs the two are pinned to different CPUs. veth runs dut0's NAPI where the
+generator's frames are flushed, so the generator's CPU also does dut0's
 receive work (XDP, then the UDP stack or the copy into UMEM) and the
 consumer has its CPU to itself. The offered rate therefore differs between
-the two runs (the kernel's UDP path costs the sender's CPU more); each run
-reports it.
+runs (the kernel's UDP path costs the sender's CPU more); each run reports
+it.
 
   udp: no AF_XDP socket registered, so valid datagrams fall back to the
-       kernel; a UDP socket in the dut namespace, read with recv_into, one
-       datagram per call (Python's socket API has no recvmmsg).
+       kernel; a UDP socket in the dut namespace, one datagram per call
+       (Python's socket API has no recvmmsg).
   xsk: an XskSocket on dut0's queue 0, read a batch at a time and released.
-Both get 16 MiB of buffer (receive buffer; UMEM).
+  c:   pyxdp/bench/xsk_consumer.c on the same queue, touch tier only.
+All get 16 MiB of buffer (receive buffer; UMEM), and take up to MAX_BATCH
+datagrams between looks at the clock.
 
-Each consumer counts the frames it got and the time from its first to its
-last (frames/s = frames after the first read / that time). `offered_pps` is
-FRAMES over the generator call's wall time, which includes a fixed cost in
-the kernel (measured here: a 64-frame call takes about 24 ms), so it reads a
-little low. `limited_by` says whether the consumer fell behind (its socket
-dropped frames: the rate is the consumer's) or took everything it was
-offered (the rate is the sender's, and the consumer could do more). Losses
-are explained from the kernel's own counters: XDP_STATISTICS for the AF_XDP
-socket, the namespace's Udp MIB (/proc/net/snmp) for the UDP socket,
-zerolayer's XDP counters for what never reached either; `unexplained` is
-the rest, 0 when the accounting is complete.
+Each consumer counts the datagrams it got and the time from its first batch
+to its last (frames/s = datagrams after the first batch / that time; one
+frame per datagram). `offered_pps` is the datagrams over the generator
+call's wall time, which includes a fixed cost in the kernel (measured here:
+a 64-frame call takes about 24 ms), so it reads a little low. `limited_by`
+says whether the consumer fell behind (its socket dropped frames: the rate
+is the consumer's) or took everything it was offered (the rate is the
+sender's, and the consumer could do more). Losses are explained from the
+kernel's own counters: XDP_STATISTICS for the AF_XDP sockets, the
+namespace's Udp MIB (/proc/net/snmp) for the UDP socket, zerolayer's XDP
+counters for what never reached either; `unexplained` is the rest, 0 when
+the accounting is complete. A tier that walked fewer frames than its
+consumer received, or built the wrong streams, stops the bench: its figure
+would not be of the work it names.
 
-`run()` returns the dict the `delivery` section of `zerolayer bench` builds
-on (pyxdp.bench.delivery runs it once per round).
+`run()` measures one round; pyxdp.bench.delivery runs the rounds.
 """
 
 import os
@@ -40,18 +46,23 @@ import socket
 import threading
 import time
 
+from pyxdp.bench import TIERS, tiers
+from pyxdp.bench.c_consumer import CConsumer
+from pyxdp.errors import ZerolayerError
 from pyxdp.lab import traffic
-from pyxdp.lab.generator import LiveGenerator
+from pyxdp.lab.generator import LiveGenerator, Mix
 from pyxdp.proto import counters
 from pyxdp.proto import frames as frames_mod
 from pyxdp.xdp import pins
 from pyxdp.xdp.maps import ZerolayerMaps
 from pyxdp.xdp.ownership import inspect
-from pyxdp.xsk.socket import XskSocket
+from pyxdp.xsk.socket import XskSocket, XskStatistics
 
-TARGET_RATIO, GOAL_RATIO = 2.0, 3.0
 IDLE_S = 0.25  # the generator is done and nothing came for this long: the run is over
 MAX_BATCH = 256
+PAYLOAD_BYTES = 16
+FLOWS = 8  # source ports 40000.. in turn: the act tier's streams
+FIRST_SPORT = 40000
 # Both consumers get the same buffer memory, 16 MiB: the AF_XDP socket as
 # 8192 chunks of 2 KiB (RX ring 4096), the UDP socket as its receive buffer
 # (a small datagram passed up from veth's XDP path costs about 4 KiB of it:
@@ -63,31 +74,53 @@ SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # root may exceed rmem_m
 # its rate is its own limit. Otherwise it got what was sent, and the sender
 # (the generator plus the kernel's receive work on its CPU) set the rate.
 CONSUMER_BOUND_LOSS = 0.001
+SIDES = ("udp", "xsk", "c")
+LOAD = (f"IPv4 UDP datagrams of one {PAYLOAD_BYTES}-byte TOKEN frame, from {FLOWS} source "
+        "ports in turn")
 
 
-def run(frames: int, *, lab, generator: LiveGenerator, payload_size: int = 16) -> dict:
-    """Measure both consumers under FRAMES offered datagrams, on LAB where
-    zerolayer is attached to dut0, from GENERATOR in LAB's peer namespace."""
-    payload = frames_mod.encode(frames_mod.FrameType.TOKEN, b"t" * payload_size)
-    packet = bytes(traffic.udp_packet(lab, payload, sport=40000))
+def load(route, flows: int = FLOWS) -> Mix:
+    """The offered load: FLOWS templates, one per source port, interleaved."""
+    payload = frames_mod.encode(frames_mod.FrameType.TOKEN, b"t" * PAYLOAD_BYTES)
+    return Mix.weighted([(bytes(traffic.udp_packet(route, payload, sport=FIRST_SPORT + i)), 1)
+                         for i in range(flows)])
+
+
+def run(frames: int, *, lab, generator: LiveGenerator, c_binary: str | None = None,
+        reverse: bool = False) -> dict:
+    """One round: every tier of every consumer under FRAMES offered
+    datagrams, on LAB where zerolayer is attached to dut0, from GENERATOR in
+    LAB's peer namespace. C_BINARY: the built C consumer, or None to leave
+    it out. REVERSE: the consumers of each tier in the opposite order."""
+    mix = load(lab)
     cpus = _cpu_pair()
-    udp = _measure(lab, generator, packet, frames, cpus, _UdpConsumer)
-    xsk = _measure(lab, generator, packet, frames, cpus, _XskConsumer)
+    runs: dict[str, dict] = {}
+    for tier in TIERS:
+        sides = [s for s in SIDES if s != "c" or (tier == "touch" and c_binary)]
+        for side in reversed(sides) if reverse else sides:
+            consumer = _consumer(side, tier, lab, frames, cpus, c_binary)
+            runs[f"{side}_{tier}"] = measure(lab, generator, mix, frames, cpus, consumer)
     return {
         "frames_offered": frames,
-        "packet_bytes": len(packet),
-        "udp_fps": udp["fps"],
-        "xsk_fps": xsk["fps"],
-        "ratio": round(xsk["fps"] / udp["fps"], 2) if udp["fps"] else None,
-        "target_ratio": TARGET_RATIO,
-        "goal_ratio": GOAL_RATIO,
-        "xsk_mode": xsk.pop("mode"),
+        "packet_bytes": len(mix.templates[0]),
+        "flows": FLOWS,
+        "order": list(runs),
+        "xsk_mode": runs["xsk_count"]["mode"],
         "xdp_mode": inspect(lab.dut.ifname, lab.dut.netns).state.mode,
-        "udp": udp,
-        "xsk": xsk,
+        "runs": runs,
         "cpus": {"generator": cpus[0], "consumer": cpus[1]} if cpus else None,
         "kernel": platform.release(),
     }
+
+
+def _consumer(side: str, tier: str, lab, count: int, cpus, c_binary):
+    if side == "udp":
+        return _UdpConsumer(lab, tier)
+    if side == "xsk":
+        return _XskConsumer(lab, tier)
+    assert c_binary is not None
+    return _CRun(CConsumer(lab, c_binary, count, cpu=cpus[1] if cpus else None,
+                           xsk_options=XSK_OPTIONS, idle_s=IDLE_S))
 
 
 def _cpu_pair() -> tuple[int, int] | None:
@@ -100,8 +133,8 @@ def _xdp_counters(lab) -> dict[str, int]:
         return maps.read_counters()
 
 
-def _measure(lab, generator, packet: bytes, count: int, cpus, consumer_cls) -> dict:
-    consumer = consumer_cls(lab)
+def measure(lab, generator: LiveGenerator, mix: Mix, count: int, cpus, consumer) -> dict:
+    """COUNT datagrams of MIX from GENERATOR into CONSUMER, which is closed after."""
     try:
         before = _xdp_counters(lab)
         done = threading.Event()
@@ -112,7 +145,7 @@ def _measure(lab, generator, packet: bytes, count: int, cpus, consumer_cls) -> d
                 if cpus:
                     os.sched_setaffinity(0, {cpus[0]})  # this thread only
                 t0 = time.perf_counter()
-                generator.send(packet, count, batch_size=64)
+                generator.run(mix, count)
                 sender["elapsed"] = time.perf_counter() - t0
             except BaseException as exc:  # re-raised in the caller's thread
                 sender["failure"] = exc
@@ -135,7 +168,7 @@ def _measure(lab, generator, packet: bytes, count: int, cpus, consumer_cls) -> d
         lost = consumer.losses(xdp, count)
         lost["total"] = count - received
         lost["unexplained"] = lost["total"] - sum(v for k, v in lost.items() if k != "total")
-        return {
+        result = {
             "received": received,
             "fps": round(counted / window, 1) if window > 0 else 0.0,
             "window_s": round(window, 6),
@@ -145,13 +178,55 @@ def _measure(lab, generator, packet: bytes, count: int, cpus, consumer_cls) -> d
             "lost": lost,
             **consumer.details(),
         }
+        consumer.check(result)
+        return result
     finally:
         consumer.close()
 
 
+def _consume(take, wait, count: int, done: threading.Event) -> tuple[int, float, int]:
+    """Run a Python consumer: TAKE(limit) handles up to LIMIT datagrams and
+    says how many; WAIT(timeout) blocks until more may be ready. Returns the
+    datagrams received, the window from the first batch to the last, and
+    the datagrams after the first batch."""
+    got, got_at_dry, first, t_first, t_last = 0, 0, 0, 0.0, 0.0
+    while got < count:
+        n = take(min(MAX_BATCH, count - got))
+        if n:
+            if not got:
+                t_first, first = time.perf_counter(), n
+            got += n
+            continue
+        if got != got_at_dry:
+            t_last, got_at_dry = time.perf_counter(), got
+        if not wait(IDLE_S) and done.is_set():
+            break
+    else:
+        t_last = time.perf_counter()
+    return got, t_last - t_first, got - first
+
+
+def _check_walk(result: dict, tier: str, flows: int = FLOWS) -> None:
+    """A touch or act tier walked one frame per datagram received, and the
+    act tier appended each to the stream of its flow."""
+    if tier == "count":
+        return
+    walked, received = result["frames_walked"], result["received"]
+    if walked != received:
+        raise ZerolayerError(f"the {tier} tier walked {walked:,} frames of {received:,} "
+                             "one-frame datagrams")
+    if tier == "act" and (result["tokens_appended"] != walked
+                          or result["flows"] != min(flows, received)):
+        raise ZerolayerError(
+            f"the act tier appended {result['tokens_appended']:,} tokens to "
+            f"{result['flows']} streams, for {walked:,} TOKEN frames from {flows} flows")
+
+
 class _UdpConsumer:
-    def __init__(self, lab):
-        self._lab = lab
+    def __init__(self, lab, tier: str):
+        self._lab, self.tier = lab, tier
+        self._drain = tiers.UDP_DRAINS[tier]
+        self.tally = tiers.Tally()
         with lab.in_dut():
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             self._snmp_before = _udp_mib()
@@ -162,23 +237,12 @@ class _UdpConsumer:
     def consume(self, count: int, done: threading.Event) -> tuple[int, float, int]:
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
-        recv_into, buf, flags = self.sock.recv_into, bytearray(2048), socket.MSG_DONTWAIT
-        got, got_at_dry, t_first, t_last = 0, 0, 0.0, 0.0
-        while got < count:
-            try:
-                recv_into(buf, 0, flags)
-            except BlockingIOError:
-                if got != got_at_dry:
-                    t_last, got_at_dry = time.perf_counter(), got
-                if not poller.poll(IDLE_S * 1000) and done.is_set():
-                    break
-                continue
-            if not got:
-                t_first = time.perf_counter()
-            got += 1
-        else:
-            t_last = time.perf_counter()
-        return got, t_last - t_first, max(got - 1, 0)
+        drain, sock, buf, tally = self._drain, self.sock, bytearray(2048), self.tally
+
+        def take(limit: int) -> int:
+            return drain(sock, buf, limit, tally)
+
+        return _consume(take, lambda timeout: bool(poller.poll(timeout * 1000)), count, done)
 
     def losses(self, xdp: dict, count: int) -> dict:
         with self._lab.in_dut():
@@ -195,7 +259,11 @@ class _UdpConsumer:
         return lost["socket_buffer_full"]
 
     def details(self) -> dict:
-        return {"buffer_bytes": self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)}
+        out = {"buffer_bytes": self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)}
+        return out if self.tier == "count" else {**out, **self.tally.to_json()}
+
+    def check(self, result: dict) -> None:
+        _check_walk(result, self.tier)
 
     def close(self) -> None:
         self.sock.close()
@@ -209,48 +277,86 @@ def _udp_mib() -> dict[str, int]:
     return {n: int(v) for n, v in zip(names, values)}
 
 
+def _xsk_losses(st: XskStatistics, xdp: dict, count: int) -> dict:
+    return {
+        "before_xdp": count - xdp["packets"],
+        "not_redirected": xdp["packets"] - xdp["redirected"],
+        "rx_ring_full": st.rx_ring_full,
+        "fill_ring_empty": st.rx_fill_ring_empty_descs,
+        # in copy mode rx_dropped includes the fill-ring-empty drops
+        "other_rx_dropped": st.rx_dropped - st.rx_fill_ring_empty_descs,
+    }
+
+
+def _xsk_dropped(lost: dict) -> int:
+    return lost["rx_ring_full"] + lost["fill_ring_empty"]
+
+
 class _XskConsumer:
-    def __init__(self, lab):
-        self.xsk = XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, **XSK_OPTIONS)
+    def __init__(self, lab, tier: str):
+        self.tier = tier
+        self._work = tiers.XSK_WORK[tier]
+        self.tally = tiers.Tally()
+        o = XSK_OPTIONS
+        self.xsk = XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, frames=o["frames"],
+                             chunk_size=o["chunk_size"], rx_size=o["rx_size"])
 
     def consume(self, count: int, done: threading.Event) -> tuple[int, float, int]:
-        recv, wait = self.xsk.recv, self.xsk.wait
-        got, got_at_dry, first, t_first, t_last = 0, 0, 0, 0.0, 0.0
-        while got < count:
-            batch = recv(MAX_BATCH)
-            if batch:
-                if not got:
-                    t_first, first = time.perf_counter(), len(batch)
-                got += len(batch)
+        recv, work, tally = self.xsk.recv, self._work, self.tally
+
+        def take(limit: int) -> int:
+            batch = recv(limit)
+            n = len(batch)
+            if n:
+                work(batch, tally)
                 batch.release()
-                continue
-            if got != got_at_dry:
-                t_last, got_at_dry = time.perf_counter(), got
-            if not wait(IDLE_S) and done.is_set():
-                break
-        else:
-            t_last = time.perf_counter()
-        return got, t_last - t_first, got - first
+            return n
+
+        return _consume(take, self.xsk.wait, count, done)
 
     def losses(self, xdp: dict, count: int) -> dict:
-        st = self.xsk.statistics()
-        return {
-            "before_xdp": count - xdp["packets"],
-            "not_redirected": xdp["packets"] - xdp["redirected"],
-            "rx_ring_full": st.rx_ring_full,
-            "fill_ring_empty": st.rx_fill_ring_empty_descs,
-            # in copy mode rx_dropped includes the fill-ring-empty drops
-            "other_rx_dropped": st.rx_dropped - st.rx_fill_ring_empty_descs,
-        }
+        return _xsk_losses(self.xsk.statistics(), xdp, count)
 
-    @staticmethod
-    def dropped(lost: dict) -> int:
-        return lost["rx_ring_full"] + lost["fill_ring_empty"]
+    dropped = staticmethod(_xsk_dropped)
 
     def details(self) -> dict:
-        return {"buffer_bytes": XSK_OPTIONS["frames"] * XSK_OPTIONS["chunk_size"],
-                "mode": self.xsk.mode, "statistics": self.xsk.statistics().to_json()}
+        out = {"buffer_bytes": XSK_OPTIONS["frames"] * XSK_OPTIONS["chunk_size"],
+               "mode": self.xsk.mode, "statistics": self.xsk.statistics().to_json()}
+        return out if self.tier == "count" else {**out, **self.tally.to_json()}
+
+    def check(self, result: dict) -> None:
+        _check_walk(result, self.tier)
 
     def close(self) -> None:
         self.xsk.close()
 
+
+class _CRun:
+    """The C consumer (pyxdp.bench.c_consumer) as a consumer of measure()."""
+
+    def __init__(self, consumer: CConsumer):
+        self.c = consumer
+
+    def consume(self, count: int, done: threading.Event) -> tuple[int, float, int]:
+        return self.c.consume(count, done)
+
+    def losses(self, xdp: dict, count: int) -> dict:
+        return _xsk_losses(XskStatistics(**self.c.statistics), xdp, count)
+
+    dropped = staticmethod(_xsk_dropped)
+
+    def details(self) -> dict:
+        return {"buffer_bytes": XSK_OPTIONS["frames"] * XSK_OPTIONS["chunk_size"],
+                **self.c.details()}
+
+    def check(self, result: dict) -> None:
+        types = result["frame_types"]
+        if (result["frames_walked"] != result["received"] or result["malformed"]
+                or types["token"] != result["received"]):
+            raise ZerolayerError(
+                f"the C consumer walked {result['frames_walked']:,} frames "
+                f"({types['token']:,} TOKEN, {result['malformed']} malformed datagrams) of "
+                f"{result['received']:,} one-frame token datagrams")
+
+    def close(self) -> None:
+        self.c.close()

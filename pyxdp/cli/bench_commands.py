@@ -6,7 +6,7 @@ import os
 
 import click
 
-from pyxdp.bench import DEFAULT_SECTIONS, SECTIONS
+from pyxdp.bench import DEFAULT_SECTIONS, SECTIONS, TIER_WORK, TIERS, delivery_keys
 from pyxdp.bench import delivery as bench_delivery
 from pyxdp.bench import relay as bench_relay
 from pyxdp.cli.options import json_option, netns_option
@@ -35,8 +35,8 @@ def _check_writable(path: str) -> None:
 @click.option("--rounds", metavar="N", type=click.IntRange(1, 1000), default=None,
               help="Rounds of every section run (default: each section's own).")
 @click.option("--delivery-frames", metavar="N", type=click.IntRange(min=1000), default=None,
-              help=f"delivery: datagrams offered per round (default {bench_delivery.FRAMES:,}; "
-                   f"{bench_delivery.QUICK_FRAMES:,} with --quick).")
+              help="delivery: datagrams offered to each consumer at each tier (default "
+                   f"{bench_delivery.FRAMES:,}; {bench_delivery.QUICK_FRAMES:,} with --quick).")
 @click.option("--relay-streams", metavar="N", type=click.IntRange(1, 256), multiple=True,
               help="relay: concurrent streams of a run; repeat for more (default "
                    f"{' and '.join(map(str, bench_relay.FULL.streams))}).")
@@ -131,16 +131,26 @@ def _xdp(r: dict) -> str:
 
 
 def _delivery(r: dict) -> str:
-    return "\n".join([
-        f"Delivery into Python, frames/s ({number(r['delivery_frames_offered'])} "
-        "offered per round)",
-        table(["CONSUMER", "MEDIAN", "MIN", "MAX", "LOST (MEDIAN)"], [
-            [f"AF_XDP ({r['xsk_mode']} mode)", *_fig(r["xsk_fps"], "{:,.0f}"),
-             number(r["xsk_lost"]["median"])],
-            ["UDP socket recv_into", *_fig(r["udp_fps"], "{:,.0f}"),
-             number(r["udp_lost"]["median"])],
-            ["ratio", *_fig(r["delivery_ratio"], "{:.2f}x"), ""],
-        ])])
+    rows = []
+    for tier in TIERS:
+        xsk, udp, ratio, xsk_lost, udp_lost = (r[delivery_keys(tier)[k]] for k in (
+            "xsk", "udp", "ratio", "xsk_lost", "udp_lost"))
+        rows += [[tier, f"AF_XDP, pyxdp ({r['xsk_mode']} mode)", *_fig(xsk, "{:,.0f}"),
+                  number(xsk_lost["median"])],
+                 [tier, "UDP socket", *_fig(udp, "{:,.0f}"), number(udp_lost["median"])],
+                 [tier, "pyxdp / UDP", *_fig(ratio, "{:.2f}x"), ""]]
+        if tier == "touch" and r["c_touch_fps"] is not None:
+            rows += [[tier, f"AF_XDP, C on libxdp ({r['c_consumer']['mode']} mode)",
+                      *_fig(r["c_touch_fps"], "{:,.0f}"), number(r["c_touch_lost"]["median"])],
+                     [tier, "pyxdp / C", *_fig(r["xsk_touch_vs_c_ratio"], "{:.2f}x"), ""]]
+    out = [f"Delivery into Python, frames/s ({number(r['delivery_frames_offered'])} offered "
+           f"per consumer and round: {r['delivery_load']})",
+           table(["TIER", "CONSUMER", "MEDIAN", "MIN", "MAX", "LOST (MEDIAN)"], rows)]
+    out += [f"   {tier}: {TIER_WORK[tier]}" for tier in TIERS]
+    skipped = r["c_consumer"]["skipped"]
+    if skipped:
+        out.append(f"   C consumer skipped: {skipped}")
+    return "\n".join(out)
 
 
 def _relay(r: dict) -> str:
