@@ -40,6 +40,7 @@ import socket
 import threading
 import time
 
+from pyxdp.bench.load_thread import LoadThread
 from pyxdp.lab import traffic
 from pyxdp.lab.generator import LiveGenerator
 from pyxdp.proto import counters
@@ -104,33 +105,16 @@ def _measure(lab, generator, packet: bytes, count: int, cpus, consumer_cls) -> d
     consumer = consumer_cls(lab)
     try:
         before = _xdp_counters(lab)
-        done = threading.Event()
-        sender: dict = {}
-
-        def generate():
-            try:
-                if cpus:
-                    os.sched_setaffinity(0, {cpus[0]})  # this thread only
-                t0 = time.perf_counter()
-                generator.send(packet, count, batch_size=64)
-                sender["elapsed"] = time.perf_counter() - t0
-            except BaseException as exc:  # re-raised in the caller's thread
-                sender["failure"] = exc
-            finally:
-                done.set()
-
         home = os.sched_getaffinity(0)
         if cpus:
             os.sched_setaffinity(0, {cpus[1]})
-        thread = threading.Thread(target=generate, name="xsk-bench-generator")
-        thread.start()
         try:
-            received, window, counted = consumer.consume(count, done)
+            # Leaving the block raises the generator thread's failure, if any.
+            with LoadThread("the generator thread", lambda _stop: generator.send(
+                    packet, count, batch_size=64), cpu=cpus[0] if cpus else None) as load:
+                received, window, counted = consumer.consume(count, load.done)
         finally:
-            thread.join()
             os.sched_setaffinity(0, home)
-        if "failure" in sender:
-            raise sender["failure"]
         xdp = counters.delta(_xdp_counters(lab), before)
         lost = consumer.losses(xdp, count)
         lost["total"] = count - received
@@ -139,7 +123,7 @@ def _measure(lab, generator, packet: bytes, count: int, cpus, consumer_cls) -> d
             "received": received,
             "fps": round(counted / window, 1) if window > 0 else 0.0,
             "window_s": round(window, 6),
-            "offered_pps": round(count / sender["elapsed"], 1),
+            "offered_pps": round(count / load.elapsed_s, 1),
             "limited_by": "consumer" if consumer.dropped(lost) > CONSUMER_BOUND_LOSS * count
                           else "sender",
             "lost": lost,
