@@ -31,6 +31,8 @@ struct zl_gen_state {
 	__u32 slots;  /* schedule length; 0: one template, send the frame as is */
 	__u32 next;   /* the next schedule slot */
 	__u64 errors; /* repetitions not sent: a bug, reported by userspace */
+	__u64 runs;   /* repetitions run: a run a signal cuts short (EINTR)
+		       * tells userspace nothing of how far it got */
 };
 
 BPF_ARRAY(zl_gen_templates, struct zl_gen_template, ZL_GEN_TEMPLATES);
@@ -56,6 +58,7 @@ int xdp_tx_gen(struct xdp_md *ctx)
 	st = zl_gen_state.lookup(&zero);
 	if (!st)
 		return XDP_ABORTED;
+	st->runs++;
 	if (!st->slots)
 		return XDP_TX;
 

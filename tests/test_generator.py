@@ -2,6 +2,10 @@
 arrive in their exact proportions, and bad requests are refused before
 anything is sent. Counted at dut0 by zerolayer's own counters."""
 
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from pyxdp.errors import ZerolayerError
@@ -148,3 +152,85 @@ def test_an_unknown_interface_is_one_clear_error(rig):
     lab, _ = rig
     with pytest.raises(ZerolayerError, match="no interface named 'nope0'"):
         generator.LiveGenerator("nope0", lab.peer.netns)
+
+
+# --- signals ----------------------------------------------------------------------
+
+SIGNAL_EVERY_S = 0.02
+SIGNALS = 10
+
+
+def run_under_signals(gen, mix, n: int, limit: int = SIGNALS) -> generator.GeneratorRun:
+    """gen.run(MIX, N) in the calling thread while another thread sends it
+    SIGUSR1 every SIGNAL_EVERY_S, at most LIMIT times. The sender is joined
+    before this returns, so no signal goes to a thread that has ended."""
+    target, stop = threading.get_ident(), threading.Event()
+
+    def shoot():
+        for _ in range(limit):
+            if stop.wait(SIGNAL_EVERY_S):
+                return
+            signal.pthread_kill(target, signal.SIGUSR1)
+
+    shooter = threading.Thread(target=shoot, name="sigusr1")
+    shooter.start()
+    try:
+        return gen.run(mix, n)
+    finally:
+        stop.set()
+        shooter.join()
+
+
+@pytest.fixture
+def sigusr1_handler():
+    """A Python handler for SIGUSR1 (the default action would kill the
+    process); the list it fills, one entry per signal handled."""
+    handled: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, _frame: handled.append(signum))
+    yield handled
+    signal.signal(signal.SIGUSR1, previous)
+
+
+@pytest.mark.parametrize("where", ["main thread", "background thread"])
+def test_signals_during_a_run_do_not_change_what_arrives(rig, sigusr1_handler, where):
+    """A signal ends a live-frames test run early with EINTR; the generator
+    sends the rest, so dut0 counts exactly N of the mix, in its proportions."""
+    lab, gen = rig
+    n = 1_500_000
+    mix = generator.token_mix(lab, malformed=0.02, other=0.05)
+    runs: list[generator.GeneratorRun] = []
+
+    def send():
+        if where == "main thread":
+            runs.append(run_under_signals(gen, mix, n))
+        else:
+            with ThreadPoolExecutor(1) as pool:
+                runs.append(pool.submit(run_under_signals, gen, mix, n).result())
+
+    got = counted_after(lab, send)
+    assert runs[0].interrupted >= 1  # the kernel did cut calls short
+    assert runs[0].sent == n
+    assert got == mix.expected_counters(n)
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_handler_that_raises_still_ends_the_run(rig):
+    """Retrying EINTR must not swallow what the handler raises (Ctrl-C)."""
+    lab, gen = rig
+    n = 20_000_000  # about 10 s flat out: the signal comes long before the end
+
+    def stop(_signum, _frame):
+        raise Stop()
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    try:
+        before = read(lab)
+        with pytest.raises(Stop):
+            run_under_signals(gen, generator.Mix.single(token_packet(lab)), n, limit=1)
+        sent = counters.delta(read(lab), before)["packets"]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert sent < n

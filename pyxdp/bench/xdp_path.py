@@ -20,7 +20,9 @@ overflowed and the receiver, not the generator, set the pace.
 import os
 import threading
 import time
+from collections.abc import Callable
 
+from pyxdp.bench.load_thread import LoadThread
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.proto import counters
@@ -52,36 +54,15 @@ class CountProgram:
         return counters.from_percpu(raw, ncpus, fields=("packets",))["packets"]
 
 
-class _Pump:
-    """The generator, flat out in a background thread until stopped."""
-
-    def __init__(self, gen, mix, chunk: int, cpu: int | None):
-        self._gen, self._mix, self._chunk, self._cpu = gen, mix, chunk, cpu
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zerolayer-generator", daemon=True)
-        self.sent, self.elapsed = 0, 0.0
-        self.error: Exception | None = None
-
-    def _run(self) -> None:
-        start = time.monotonic()
-        try:
-            if self._cpu is not None:
-                os.sched_setaffinity(0, {self._cpu})  # this thread only
-            while not self._stop.is_set():
-                self.sent += self._gen.run(self._mix, self._chunk).sent
-        except Exception as exc:  # handed to the main thread by stop()
-            self.error = exc
-        self.elapsed = time.monotonic() - start
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        if self.error is not None and exc[0] is None:
-            raise self.error
+def _pump(gen, mix, chunk: int) -> Callable[[threading.Event], int]:
+    """The generator flat out, chunk after chunk, until stopped: a load for
+    LoadThread that returns the frames it sent."""
+    def load(stop: threading.Event) -> int:
+        sent = 0
+        while not stop.is_set():
+            sent += gen.run(mix, chunk).sent
+        return sent
+    return load
 
 
 def _flowing_rate(count, window_s: float) -> float:
@@ -132,7 +113,8 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
     cpus = sorted(os.sched_getaffinity(0))
     try:
         # The generator, and with it dut0's receive work, stays on one CPU.
-        with _Pump(gen, mix, chunk, cpus[0] if len(cpus) > 1 else None) as pump:
+        with LoadThread("the generator thread", _pump(gen, mix, chunk),
+                        cpu=cpus[0] if len(cpus) > 1 else None) as pump:
             for r in range(rounds):
                 rates = {}
                 for name in (names if r % 2 == 0 else names[::-1]):  # neither always first
@@ -140,6 +122,7 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
                     count = contenders[name][1]
                     time.sleep(settle_s)
                     rates[name] = _flowing_rate(count, window_s)
+                    pump.check()  # a window without load is no measurement
                 out["zerolayer_dps"].append(rates["zerolayer"])
                 out["pass_counter_dps"].append(rates["pass_counter"])
                 out["ratio"].append(rates["zerolayer"] / rates["pass_counter"]
@@ -149,5 +132,6 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
     # One program was attached at any moment (swaps are atomic), so together
     # they saw every frame that reached dut0.
     seen = sum(count() - before[name] for name, (_, count) in contenders.items())
-    return {**out, "mode": MODE, "generator_pps": pump.sent / pump.elapsed,
-            "generator_sent": pump.sent, "seen_by_dut": seen}
+    sent = pump.result or 0  # None only if the load failed, which raised above
+    return {**out, "mode": MODE, "generator_pps": sent / pump.elapsed_s,
+            "generator_sent": sent, "seen_by_dut": seen}

@@ -48,6 +48,7 @@ import time
 
 from pyxdp.bench import TIERS, tiers
 from pyxdp.bench.c_consumer import CConsumer
+from pyxdp.bench.load_thread import LoadThread
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import traffic
 from pyxdp.lab.generator import LiveGenerator, Mix
@@ -137,33 +138,16 @@ def measure(lab, generator: LiveGenerator, mix: Mix, count: int, cpus, consumer)
     """COUNT datagrams of MIX from GENERATOR into CONSUMER, which is closed after."""
     try:
         before = _xdp_counters(lab)
-        done = threading.Event()
-        sender: dict = {}
-
-        def generate():
-            try:
-                if cpus:
-                    os.sched_setaffinity(0, {cpus[0]})  # this thread only
-                t0 = time.perf_counter()
-                generator.run(mix, count)
-                sender["elapsed"] = time.perf_counter() - t0
-            except BaseException as exc:  # re-raised in the caller's thread
-                sender["failure"] = exc
-            finally:
-                done.set()
-
         home = os.sched_getaffinity(0)
         if cpus:
             os.sched_setaffinity(0, {cpus[1]})
-        thread = threading.Thread(target=generate, name="xsk-bench-generator")
-        thread.start()
         try:
-            received, window, counted = consumer.consume(count, done)
+            # Leaving the block raises the generator thread's failure, if any.
+            with LoadThread("the generator thread", lambda _stop: generator.run(mix, count),
+                            cpu=cpus[0] if cpus else None) as load:
+                received, window, counted = consumer.consume(count, load.done)
         finally:
-            thread.join()
             os.sched_setaffinity(0, home)
-        if "failure" in sender:
-            raise sender["failure"]
         xdp = counters.delta(_xdp_counters(lab), before)
         lost = consumer.losses(xdp, count)
         lost["total"] = count - received
@@ -172,7 +156,7 @@ def measure(lab, generator: LiveGenerator, mix: Mix, count: int, cpus, consumer)
             "received": received,
             "fps": round(counted / window, 1) if window > 0 else 0.0,
             "window_s": round(window, 6),
-            "offered_pps": round(count / sender["elapsed"], 1),
+            "offered_pps": round(count / load.elapsed_s, 1),
             "limited_by": "consumer" if consumer.dropped(lost) > CONSUMER_BOUND_LOSS * count
                           else "sender",
             "lost": lost,

@@ -17,6 +17,14 @@ repetition costs tens of ms of setup in the kernel (it swaps the XDP
 dispatcher and waits for RCU), so a target rate is met by sending chunks of
 a tenth of a second's worth at full speed and sleeping between them.
 GeneratorRun reports the rate actually achieved.
+
+Signals. A signal that arrives during BPF_PROG_TEST_RUN ends the call with
+EINTR at the next batch boundary (net/bpf/test_run.c checks
+signal_pending() between batches), and the kernel reports nothing of the
+frames it already sent. The program counts its own repetitions in its state
+map, so the generator reads how far the call got and sends only the rest:
+the total stays exact, and the schedule of a mix goes on from where it
+stopped. A Python handler that raises (Ctrl-C) still ends the run.
 """
 
 import struct
@@ -40,7 +48,7 @@ MAX_SLOTS = 4096  # ZL_GEN_SLOTS: schedule slots
 
 # Map values (bpf/xdp_tx.c): change both together (tests/test_layouts.py checks).
 TEMPLATE = Layout("zl_gen_template", ("len", "I"), ("data", f"{MAX_TEMPLATE_LEN}s"))
-STATE = Layout("zl_gen_state", ("slots", "I"), ("next", "I"), ("errors", "Q"))
+STATE = Layout("zl_gen_state", ("slots", "I"), ("next", "I"), ("errors", "Q"), ("runs", "Q"))
 INDEX = struct.Struct("=I")
 # A test run's context: the kernel's struct xdp_md (uapi/linux/bpf.h).
 XDP_MD = Layout(
@@ -195,6 +203,7 @@ class GeneratorRun:
     elapsed_s: float
     target_pps: float | None  # None: flat out
     chunks: int
+    interrupted: int = 0  # calls a signal cut short, whose rest was sent again
 
     @property
     def rate_pps(self) -> float:
@@ -204,7 +213,7 @@ class GeneratorRun:
     def to_json(self) -> dict:
         return {"sent": self.sent, "elapsed_s": round(self.elapsed_s, 6),
                 "target_pps": self.target_pps, "rate_pps": round(self.rate_pps, 1),
-                "chunks": self.chunks}
+                "chunks": self.chunks, "interrupted": self.interrupted}
 
 
 class LiveGenerator:
@@ -238,32 +247,41 @@ class LiveGenerator:
         chunk = max(1, int(rate * PACE_INTERVAL_S)) if rate else FLAT_OUT_CHUNK
         frame = max(mix.templates, key=len)
         ctx = XDP_MD.pack(0, len(frame), 0, self.ifindex, 0, 0)
-        sent, chunks, start = 0, 0, time.monotonic()
+        sent, chunks, interrupted, start = 0, 0, 0, time.monotonic()
         while sent < count:
             if rate:
                 wait = start + sent / rate - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-            n = min(chunk, count - sent)
-            # test_run resolves ingress_ifindex in the calling thread's netns.
-            with netns.entered(self.netns):
+            if not self._transmit(frame, ctx, min(chunk, count - sent), batch_size):
+                interrupted += 1
+            sent = self._state()["runs"]  # what the program ran, whole or cut short
+            chunks += 1
+        elapsed = time.monotonic() - start
+        errors = self._state()["errors"]
+        if errors:
+            raise ZerolayerError(
+                f"the generator program failed to build {errors} of {count} frames")
+        return GeneratorRun(sent, elapsed, rate, chunks, interrupted)
+
+    def _transmit(self, frame: bytes, ctx: bytes, n: int, batch_size: int) -> bool:
+        """One live-frames test run of N repetitions: True when it ran them
+        all, False when a signal cut it short (see the module docstring)."""
+        # test_run resolves ingress_ifindex in the calling thread's netns.
+        with netns.entered(self.netns):
+            try:
                 bpfsys.prog_test_run(
                     self._loaded.prog_fd, frame, repeat=n, ctx=ctx,
                     flags=bpfsys.BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=batch_size, out_size=0,
                 )
-            sent += n
-            chunks += 1
-        elapsed = time.monotonic() - start
-        errors = self._state()[2]
-        if errors:
-            raise ZerolayerError(
-                f"the generator program failed to build {errors} of {count} frames")
-        return GeneratorRun(sent, elapsed, rate, chunks)
+            except InterruptedError:
+                return False
+        return True
 
-    def _state(self) -> tuple[int, int, int]:
+    def _state(self) -> dict[str, int]:
         raw = bpfsys.map_lookup(self._maps["state"], INDEX.pack(0), STATE.size)
         assert raw is not None  # an array map has every index
-        return STATE.unpack(raw)
+        return dict(zip(STATE.value_names(), STATE.unpack(raw)))
 
     def _load_mix(self, mix: Mix) -> None:
         """Write MIX into the program's maps (templates only when they
@@ -283,4 +301,4 @@ class LiveGenerator:
                     bpfsys.map_update(self._maps["schedule"], INDEX.pack(pos), INDEX.pack(index))
             self._mix = mix
         slots = len(mix.schedule) if len(mix.templates) > 1 else 0
-        bpfsys.map_update(self._maps["state"], INDEX.pack(0), STATE.pack(slots, 0, 0))
+        bpfsys.map_update(self._maps["state"], INDEX.pack(0), STATE.pack(slots, 0, 0, 0))

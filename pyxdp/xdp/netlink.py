@@ -6,7 +6,10 @@ one we name, in one step, so an upgrade never leaves the interface without a
 program and never clobbers a program someone else attached meanwhile.
 """
 
+import asyncio
 import errno
+import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
@@ -45,6 +48,23 @@ def _ipr():
     return IPRoute(ext_ack=True)
 
 
+def _off_event_loop(func):
+    """pyroute2's synchronous API runs an asyncio loop of its own, which
+    cannot run in a thread where one already runs (an asyncio program
+    opening an XskSocket): there, FUNC runs in a thread of its own, started
+    from this one so that it starts in this thread's network namespace."""
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return func(*args, **kwargs)
+        with ThreadPoolExecutor(1, thread_name_prefix="netlink") as pool:
+            return pool.submit(func, *args, **kwargs).result()
+    return call
+
+
 def _state(msg) -> XdpState:
     """Called inside the interface's netns (the queue count asks its driver)."""
     xdp = msg.get_attr("IFLA_XDP")
@@ -67,6 +87,7 @@ def _state(msg) -> XdpState:
     )
 
 
+@_off_event_loop
 def query(ifname: str, netns: str | None = None) -> XdpState:
     """The XDP state of IFNAME; ZerolayerError if there is no such interface."""
     with netns_mod.entered(netns), _ipr() as ipr:
@@ -79,11 +100,13 @@ def query(ifname: str, netns: str | None = None) -> XdpState:
         return _state(ipr.get_links(found[0])[0])
 
 
+@_off_event_loop
 def query_all(netns: str | None = None) -> list[XdpState]:
     with netns_mod.entered(netns), _ipr() as ipr:
         return sorted((_state(m) for m in ipr.get_links()), key=lambda s: s.ifindex)
 
 
+@_off_event_loop
 def _set_xdp(ifindex: int, attrs: list, netns: str | None) -> None:
     from pyroute2.netlink.exceptions import NetlinkError
 

@@ -6,6 +6,9 @@
             for i in range(len(batch)):
                 print(batch.source(i), bytes(batch.payload(i)))
 
+In an asyncio program, `async for batch in xsk.batches():` reads the same
+batches without a thread (pyxdp/xsk/aio.py).
+
 A socket owns a UMEM (anonymous memory cut into chunks), a fill ring, an RX
 ring and the completion ring the kernel insists on, is bound to one
 (interface, rx queue) with XDP_USE_NEED_WAKEUP, and registers itself in the
@@ -54,6 +57,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -65,6 +69,7 @@ from pyxdp.kernel.signals import ClosedOnExit
 from pyxdp.proto.ethernet import PARSED_L2_OVERHEAD
 from pyxdp.xdp import ownership
 from pyxdp.xdp.maps import SPECS, BpfMap
+from pyxdp.xsk import aio
 from pyxdp.xsk.batch import Batch
 from pyxdp.xsk.rings import MMAP_OFFSETS_SIZE, FillRing, RxRing, mmap_offsets
 
@@ -166,6 +171,7 @@ class XskSocket(ClosedOnExit):
         self._xsks: BpfMap | None = None
         self._registered = False
         self._rings: list = []
+        self._close_hooks: list[Callable[[], None]] = []
         try:
             ins = self._check_attached(ifname, netns, queue)
             self.mtu = ins.state.mtu
@@ -310,6 +316,12 @@ class XskSocket(ClosedOnExit):
                 addr, length = self._rx.take(max_frames)
         return Batch(self, addr, length)
 
+    def batches(self, max_frames: int = 256) -> AsyncIterator[Batch]:
+        """`async for batch in xsk.batches():` in an asyncio program. The
+        iterator releases each batch when the next is asked for; see
+        pyxdp/xsk/aio.py."""
+        return aio.batches(self, max_frames)
+
     def wait(self, timeout: float | None) -> bool:
         """Block until frames are ready (True) or TIMEOUT seconds pass."""
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
@@ -348,9 +360,23 @@ class XskSocket(ClosedOnExit):
 
     # --- lifetime -------------------------------------------------------------------
 
+    def before_close(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Have close() call HOOK first, while the fd is still open (an event
+        loop must drop the fd from its selector before it is closed).
+        Returns a function that forgets HOOK."""
+        self._close_hooks.append(hook)
+
+        def forget() -> None:
+            if hook in self._close_hooks:
+                self._close_hooks.remove(hook)
+        return forget
+
     def close(self) -> None:
         """Unregister, then close: the entry goes first, so the program never
         redirects to a closing socket. Idempotent."""
+        hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:
+            hook()
         if self._registered and self._xsks is not None:
             self._xsks.delete(self.queue)
             self._registered = False
