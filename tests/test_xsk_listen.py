@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 from scapy.layers.inet import UDP
@@ -287,6 +288,15 @@ def test_a_default_veth_runs_one_queue_and_listen_binds_just_it(cli):
 
 # --- sizing and loss ----------------------------------------------------------------
 
+def stopped(proc) -> None:
+    """SIGSTOP PROC and wait until it is stopped: from then on it reads nothing."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, "the listener did not stop"
+        time.sleep(0.001)
+
+
 def summary_of(err: str) -> dict:
     """listen --json's summary: the last line on stderr."""
     return json.loads(err.strip().splitlines()[-1])["summary"]
@@ -324,7 +334,7 @@ def test_listen_reports_each_queues_losses_and_why(attached, sizes, reason, as_j
     lab = attached
     mix = token_mix(lab, frames_per_datagram=2, payload_sizes=(5,))
     listening = Listening(lab, *sizes, "--count", 128, "--timeout", 60, as_json=as_json)
-    listening.proc.send_signal(signal.SIGSTOP)
+    stopped(listening.proc)
     try:
         LiveGenerator(lab.peer.ifname, lab.peer.netns).run(mix, 20_000)
     finally:
@@ -352,7 +362,7 @@ def test_listen_counts_what_it_received_but_did_not_print(attached):
     lab = attached
     mix = token_mix(lab, frames_per_datagram=2, payload_sizes=(5,))
     listening = Listening(lab, "--count", 3, "--timeout", 60)
-    listening.proc.send_signal(signal.SIGSTOP)
+    stopped(listening.proc)
     try:
         LiveGenerator(lab.peer.ifname, lab.peer.netns).run(mix, 3000)
     finally:
