@@ -5,6 +5,7 @@ struct, fast enough for tens of thousands of differential cases, and with
 knobs for the hostile variants (IP options, fragments, lying UDP lengths).
 """
 
+import random
 import struct
 
 from pyxdp.proto import frames
@@ -60,3 +61,27 @@ def build(payload: bytes, *, family: int = 4, vlans: tuple[int, ...] = (),
 def token_frames(*items) -> bytes:
     """token_frames(("token", "hi"), ("done", "")) -> wire bytes."""
     return b"".join(frames.encode(frames.FrameType[name.upper()], body) for name, body in items)
+
+
+VLAN_STACKS = [(), (0x8100,), (0x88A8, 0x8100), (0x8100, 0x8100)]
+
+
+def random_token_payload(rng: random.Random, budget: int = 1400) -> bytes:
+    """A valid token datagram of at most BUDGET bytes: 1-32 frames of every
+    type, empty to big payloads."""
+    count = rng.choice([1, 1, 2, 3, rng.randint(1, frames.MAX_FRAMES), frames.MAX_FRAMES])
+    out = b""
+    for _ in range(count):
+        room = max(0, budget - len(out) - frames.HEADER_LEN * count)
+        size = rng.choice([0, 0, 1, 4, 16, rng.randint(0, 200), rng.randint(0, room)])
+        body = bytes(rng.getrandbits(8) for _ in range(min(size, room)))
+        out += frames.encode(rng.choice(list(frames.FrameType)), body)
+    return out
+
+
+def random_token_packet(rng: random.Random, payload: bytes, family: int) -> bytes:
+    """PAYLOAD in IPv4 (sometimes with options) or IPv6, under zero to two
+    VLAN tags, sometimes padded as a short Ethernet frame is."""
+    options = b"\x01" * 4 * rng.choice([0, 0, 1, 10])  # IPv4 options, up to IHL 15
+    return build(payload, family=family, vlans=rng.choice(VLAN_STACKS),
+                 options=options if family == 4 else b"", pad_to=rng.choice([0, 60]))

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 from scapy.layers.inet import UDP
@@ -15,7 +16,7 @@ from scapy.packet import Raw
 from cli_runner import ZEROLAYER
 from pyxdp.lab import traffic
 from pyxdp.lab import veth_lab as lab_mod
-from pyxdp.lab.generator import LiveGenerator
+from pyxdp.lab.generator import LiveGenerator, token_mix
 from pyxdp.proto import counters, datagram, frames, judge
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader
@@ -111,7 +112,12 @@ def test_listen_json_prints_every_frame_in_order(attached):
                               ["src", "dst", "type", "payload_b64", "queue"])
     assert base64.b64decode(lines[-2]["payload_b64"]) == b"\xff\xfe raw \x80"
     assert lines[-1]["payload"] == "café ☕" and lines[-1]["src"].startswith("[fd00:7a1::2]:")
-    assert f"{len(expected)} frames in" in err and "Traceback" not in err
+    assert "Traceback" not in err
+    summary = json.loads(err.splitlines()[-1])["summary"]  # the last line on stderr
+    redirected = sum(judge.expected(bytes(p), {frames.DEFAULT_PORT}, socket_registered=True)
+                     .action == judge.XDP_REDIRECT for p in packets)
+    assert {k: summary[k] for k in ("frames", "datagrams", "lost", "broken", "unread")} == \
+        {"frames": len(expected), "datagrams": redirected, "lost": 0, "broken": 0, "unread": 0}
 
 
 def test_listen_shows_each_stream_as_text(attached):
@@ -208,6 +214,17 @@ def test_listen_bad_options_are_usage_errors(cli, attached):
         assert proc.returncode == 2, (args, proc.stderr)
 
 
+@pytest.mark.parametrize("option,value", [("--frames", 1000), ("--frames", 32),
+                                          ("--frames", 1 << 21), ("--ring-size", 3),
+                                          ("--ring-size", 0)])
+def test_listen_sizes_must_be_powers_of_two_in_range(cli, attached, option, value):
+    proc = cli("listen", "dut0", "--netns", attached.dut.netns, option, value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"Error: Invalid value for '{option}': must be a power of two from 64 to 1048576, "
+        f"not {value}")
+
+
 def test_listen_every_queue_and_one_queue():
     with lab_mod.Lab(rx_queues=2) as lab:
         loader.attach(lab.dut.ifname, netns=lab.dut.netns)
@@ -267,3 +284,127 @@ def test_a_default_veth_runs_one_queue_and_listen_binds_just_it(cli):
                 two.kill()
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+# --- sizing and loss ----------------------------------------------------------------
+
+def stopped(proc) -> None:
+    """SIGSTOP PROC and wait until it is stopped: from then on it reads nothing."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, "the listener did not stop"
+        time.sleep(0.001)
+
+
+def summary_of(err: str) -> dict:
+    """listen --json's summary: the last line on stderr."""
+    return json.loads(err.strip().splitlines()[-1])["summary"]
+
+
+def test_a_5000_datagram_burst_arrives_whole_with_the_default_sizes(attached):
+    """At the generator's full rate, far faster than any Python reader: the
+    default ring and UMEM hold the whole burst, whenever the reader runs."""
+    lab = attached
+    mix = token_mix(lab, frames_per_datagram=2, payload_sizes=(3, 11))
+    listening = Listening(lab, "--count", 10_000, "--timeout", 60)
+    assert "32768 chunks of 2048 bytes, an RX ring of 32768" in listening.header[-1]
+    LiveGenerator(lab.peer.ifname, lab.peer.netns).run(mix, 5000)
+    code, out, err = listening.finish()
+    assert code == 0, err
+    payloads = [json.loads(line)["payload"] for line in out.splitlines()]
+    texts = {0: "tok", 1: "tok tok tok"}  # token_payload's text, by template
+    assert payloads == [texts[mix.schedule[i // 2 % len(mix.schedule)]] for i in range(10_000)]
+    summary = summary_of(err)
+    assert (summary["datagrams"], summary["frames"], summary["lost"], summary["unread"]) == \
+        (5000, 10_000, 0, 0)
+    assert summary["sizing"] == {"frames": 32768, "chunk_size": 2048, "ring_size": 32768,
+                                 "bytes_per_queue": 32768 * 2048 + 32768 * 16 + 2 * 32768 * 8}
+
+
+@pytest.mark.parametrize("sizes,reason", [
+    (["--frames", 128, "--ring-size", 64], "rx_ring_full"),  # the ring fills first
+    (["--frames", 64, "--ring-size", 128], "no_free_chunk"),  # the chunks run out first
+])
+@pytest.mark.parametrize("as_json", [True, False])
+def test_listen_reports_each_queues_losses_and_why(attached, sizes, reason, as_json):
+    """The listener is stopped (SIGSTOP) while 20,000 datagrams arrive, so
+    its socket takes exactly what its sizes hold and loses the rest; the
+    report says how many and why."""
+    lab = attached
+    mix = token_mix(lab, frames_per_datagram=2, payload_sizes=(5,))
+    listening = Listening(lab, *sizes, "--count", 128, "--timeout", 60, as_json=as_json)
+    stopped(listening.proc)
+    try:
+        LiveGenerator(lab.peer.ifname, lab.peer.netns).run(mix, 20_000)
+    finally:
+        listening.proc.send_signal(signal.SIGCONT)
+    code, out, err = listening.finish()
+    assert code == 0, err
+    lost = 20_000 - 64
+    if as_json:
+        assert len(out.splitlines()) == 128
+        summary = summary_of(err)
+        assert (summary["datagrams"], summary["lost"], summary["unread"]) == (64, lost, 0)
+        (queue,) = summary["queues"]
+        assert queue["lost"] == lost and queue["lost_by_reason"][reason] == lost
+        assert sum(queue["lost_by_reason"].values()) == lost
+    else:
+        assert err.strip().splitlines()[-1] == (
+            f"128 frames in 64 datagrams on dut0 queue 0, copy mode; {lost} lost by the AF_XDP "
+            f"socket; queue 0 lost {lost} ({reason} {lost})")
+
+
+def test_listen_counts_what_it_received_but_did_not_print(attached):
+    """--count 3 over 3,000 2-frame datagrams already in the ring: the
+    second datagram is cut, and the rest are reported unread, those of the
+    batch read (up to 1,024) and those still in the ring alike."""
+    lab = attached
+    mix = token_mix(lab, frames_per_datagram=2, payload_sizes=(5,))
+    listening = Listening(lab, "--count", 3, "--timeout", 60)
+    stopped(listening.proc)
+    try:
+        LiveGenerator(lab.peer.ifname, lab.peer.netns).run(mix, 3000)
+    finally:
+        listening.proc.send_signal(signal.SIGCONT)
+    code, out, err = listening.finish()
+    assert code == 0, err
+    assert len(out.splitlines()) == 3
+    summary = summary_of(err)
+    assert (summary["frames"], summary["datagrams"], summary["unread"], summary["lost"]) == \
+        (3, 2, 2998, 0)
+
+
+def test_listen_on_a_terminal_prints_lines_as_they_come(attached):
+    import pty
+    import select
+
+    lab = attached
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([ZEROLAYER, "listen", lab.dut.ifname, "--netns", lab.dut.netns,
+                             "--count", "4", "--timeout", "60"], stdout=secondary,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(secondary)
+    seen = ""
+
+    def read_until(done) -> None:
+        nonlocal seen
+        while not done(seen):
+            assert select.select([primary], [], [], 30)[0], f"nothing more on the terminal: {seen}"
+            seen += os.read(primary, 4096).decode()
+
+    try:
+        read_until(lambda text: "listening on" in text)
+        traffic.send(lab, [token_packet(lab, f"t{i}") for i in range(3)])
+        read_until(lambda text: text.count(" q0 ") == 3)
+        assert proc.poll() is None  # printed while still listening
+        traffic.send(lab, [token_packet(lab, "t3")])
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+        read_until(lambda text: text.count(" q0 ") == 4)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+        os.close(primary)
+    assert [line.split("  ")[-1] for line in seen.splitlines() if " q0 " in line] == \
+        ['"t0"', '"t1"', '"t2"', '"t3"']

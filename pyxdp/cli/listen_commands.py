@@ -1,15 +1,40 @@
 """`zerolayer listen`: token frames from AF_XDP sockets, as JSON lines or a live view."""
 
+import json
 import os
 import sys
 
 import click
 
 from pyxdp.cli.options import json_option, netns_option
-from pyxdp.cli.render import emit_json
+from pyxdp.cli.render import write_lines
+from pyxdp.xsk import sizing
+
+# Plain numbers: --help needs no socket code (numpy, bcc) loaded.
+UMEM_2K = sizing.mib(sizing.DEFAULT_FRAMES * 2048)
+UMEM_4K = sizing.mib(sizing.DEFAULT_FRAMES * 4096)
+PER_QUEUE = sizing.mib(sizing.memory_bytes(sizing.DEFAULT_FRAMES, 2048, sizing.DEFAULT_RING_SIZE))
 
 
-@click.command()
+def _size(ctx, param, value: int) -> int:
+    wrong = sizing.problem(value)
+    if wrong:
+        raise click.BadParameter(wrong)
+    return value
+
+
+HELP = f"""Print the token frames zerolayer redirects on IFACE to AF_XDP sockets.
+
+By default each queue's socket holds a burst of 20,000 datagrams whole, in
+{PER_QUEUE} of memory per queue (--frames, --ring-size). When listen stops it
+says on stderr, per queue, how many frames it printed and how many datagrams
+the socket lost, and why; with --json, as one JSON object.
+
+Ctrl-C (or SIGTERM) stops it; the sockets are unregistered on the way out
+and valid datagrams fall back to the kernel again."""
+
+
+@click.command(help=HELP)
 @click.argument("iface")
 @click.option("--queue", "queues", type=click.IntRange(0), multiple=True, metavar="Q",
               help="Listen on rx queue Q only (repeat for several; default: every queue).")
@@ -17,45 +42,51 @@ from pyxdp.cli.render import emit_json
               help="Stop after N frames.")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None, metavar="S",
               help="Stop after S seconds.")
+@click.option("--frames", "umem_frames", type=int, default=sizing.DEFAULT_FRAMES,
+              show_default=True, metavar="N", callback=_size,
+              help="UMEM chunks per queue, a power of two: how many datagrams a queue holds "
+                   "before the reader takes them. The default holds a 20,000-datagram burst "
+                   f"in {UMEM_2K} per queue (2 KiB chunks; {UMEM_4K} where the MTU needs "
+                   "4 KiB chunks), plus a fill ring of 16 bytes per chunk.")
+@click.option("--ring-size", type=int, default=sizing.DEFAULT_RING_SIZE, show_default=True,
+              metavar="N", callback=_size,
+              help="RX ring entries per queue, a power of two, 16 bytes each.")
 @netns_option()
 @json_option()
-def listen(iface, queues, count, timeout, netns, as_json):
-    """Print the token frames zerolayer redirects on IFACE to AF_XDP sockets.
-
-    Ctrl-C (or SIGTERM) stops it; the sockets are unregistered on the way out
-    and valid datagrams fall back to the kernel again."""
+def listen(iface, queues, count, timeout, umem_frames, ring_size, netns, as_json):
     from pyxdp.kernel.privileges import preflight
     from pyxdp.xsk import listen as listen_mod
 
     preflight("zerolayer listen")
-    frames = datagrams = 0
-    with listen_mod.Listener(iface, queues or None, netns=netns) as listener:
+    with listen_mod.Listener(iface, queues or None, netns=netns, frames=umem_frames,
+                             rx_size=ring_size) as listener:
         where = f"{iface} queue{'s' if len(listener.queues) > 1 else ''} " \
                 f"{listen_mod.queue_list(listener.queues)}"
+        size = listener.sizing()
         # With --json, stdout holds only frames: the rest goes to stderr, as tcpdump does.
         for note in listener.notes():
             click.echo(f"note: {note}", err=as_json)
-        click.echo(f"listening on {where} ({listener.mode} mode); Ctrl-C to stop", err=as_json)
         view = listen_mod.LiveView()
-        try:
-            for datagram in listener.datagrams(count=count, timeout=timeout):
-                datagrams += 1
-                frames += len(datagram.frames)
+        tty = sys.stdout.isatty()
+        try:  # from the moment it says it listens, a signal is a normal end
+            click.echo(f"listening on {where} ({listener.mode} mode; per queue "
+                       f"{sizing.mib(size['bytes_per_queue'])}: {size['frames']} chunks of "
+                       f"{size['chunk_size']} bytes, an RX ring of {size['ring_size']}); "
+                       "Ctrl-C to stop", err=as_json)
+            for received in listener.receive(count=count, timeout=timeout):
                 if as_json:
-                    for frame in datagram.frames:
-                        emit_json(listen_mod.record(datagram, frame))
+                    write_lines(received.json_lines(), tty)
                 else:
-                    click.echo(view.line(datagram))
+                    write_lines([view.line(d) + "\n" for d in received.datagrams()], tty)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a normal end
             pass
         except BrokenPipeError:  # the reader went away (`| head`): a normal end too
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        lost = sum(s.lost for s in listener.statistics().values())
-        summary = f"{frames} frames in {datagrams} datagrams on {where}, {listener.mode} mode"
-        summary += f"; {lost} lost by the AF_XDP socket" + ("s" if len(listener.queues) > 1 else "")
-        if listener.undecodable:
-            summary += f"; {listener.undecodable} datagrams did not decode (a bug: please report)"
-        click.echo(summary, err=True)
+        report = listener.finish()
+        if as_json:
+            click.echo(json.dumps({"summary": report.to_json()}), err=True)
+        else:
+            click.echo(report.text(where), err=True)
 
 
 COMMANDS = [listen]

@@ -1,6 +1,7 @@
 """Plain-text rendering shared by the commands: tables and counters."""
 
 import json
+import sys
 
 import click
 
@@ -9,6 +10,19 @@ from pyxdp.human import number
 
 def emit_json(obj) -> None:
     click.echo(json.dumps(obj, sort_keys=False))
+
+
+def write_lines(lines: list[str], tty: bool) -> None:
+    """Print LINES (each with its newline) on stdout. On a terminal one at a
+    time, each flushed as it comes; elsewhere in one write, flushed once, so
+    a pipe or file gets each batch whole, at once, for one system call."""
+    if tty:
+        for line in lines:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    else:
+        sys.stdout.write("".join(lines))
+        sys.stdout.flush()
 
 
 def table(headers: list[str], rows: list[list]) -> str:

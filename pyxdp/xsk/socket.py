@@ -69,7 +69,7 @@ from pyxdp.kernel.signals import ClosedOnExit
 from pyxdp.proto.ethernet import PARSED_L2_OVERHEAD
 from pyxdp.xdp import ownership
 from pyxdp.xdp.maps import SPECS, BpfMap
-from pyxdp.xsk import aio
+from pyxdp.xsk import aio, sizing
 from pyxdp.xsk.batch import Batch
 from pyxdp.xsk.rings import MMAP_OFFSETS_SIZE, FillRing, RxRing, mmap_offsets
 
@@ -130,6 +130,19 @@ class XskStatistics:
     def lost(self) -> int:
         return self.rx_dropped + self.rx_ring_full
 
+    def lost_by_reason(self, mode: str) -> dict[str, int | None]:
+        """The lost frames by why (docs/spec.md §5.7): the RX ring was full
+        (the reader fell behind), no UMEM chunk was free (the reader held
+        them all), or a frame was longer than a chunk. In zero-copy mode the
+        driver drops a frame it has no chunk for before the socket sees it:
+        the socket cannot count those (None), the NIC's statistics do."""
+        if mode == "copy":
+            return {"rx_ring_full": self.rx_ring_full,
+                    "no_free_chunk": self.rx_fill_ring_empty_descs,
+                    "too_long": self.rx_dropped - self.rx_fill_ring_empty_descs}
+        return {"rx_ring_full": self.rx_ring_full, "no_free_chunk": None,
+                "too_long": self.rx_dropped}
+
     def to_json(self) -> dict:
         return asdict(self)
 
@@ -140,9 +153,10 @@ def _chunk_size_for(mtu: int) -> int:
     return small if mtu + PARSED_L2_OVERHEAD <= small - XDP_PACKET_HEADROOM else CHUNK_SIZES[1]
 
 
-def _power_of_two(name: str, value: int) -> None:
-    if value < 1 or value & (value - 1):
-        raise ZerolayerError(f"{name} must be a power of two, not {value}")
+def _check_size(name: str, value: int) -> None:
+    wrong = sizing.problem(value)
+    if wrong:
+        raise ZerolayerError(f"{name} {wrong}")
 
 
 class XskSocket(ClosedOnExit):
@@ -160,11 +174,12 @@ class XskSocket(ClosedOnExit):
                  bind: str = "auto"):
         if bind not in BIND_MODES:
             raise ZerolayerError(f"unknown bind mode {bind!r}: use one of {', '.join(BIND_MODES)}")
-        _power_of_two("frames", frames)
-        _power_of_two("rx_size", rx_size)
+        _check_size("frames", frames)
+        _check_size("rx_size", rx_size)
         if chunk_size not in (None, *CHUNK_SIZES):
             raise ZerolayerError(f"chunk size must be 2048 or 4096, not {chunk_size}")
         self.ifname, self.queue, self.netns = ifname, queue, netns
+        self.frames, self.rx_size = frames, rx_size
         self.mode: str | None = None
         self.mode_note: str | None = None
         self._sock: socket.socket | None = None
@@ -209,10 +224,28 @@ class XskSocket(ClosedOnExit):
                 ) from None
         self._sock = s
         fd = s.fileno()
+        try:
+            self._map_memory(s, frames, rx_size)
+        except OSError as exc:
+            raise ZerolayerError(
+                f"cannot set up {self.memory_bytes >> 20} MiB for an AF_XDP socket on queue "
+                f"{self.queue} of {self.ifname} ({frames} UMEM chunks of {self.chunk_size} bytes, "
+                f"an RX ring of {rx_size}): {exc.strerror}; ask for fewer"
+            ) from None
+        self._bind_mode(bind)
+        opts = struct.unpack("=I", s.getsockopt(SOL_XDP, XDP_OPTIONS, 4))[0]
+        self.mode = "zerocopy" if opts & XDP_OPTIONS_ZEROCOPY else "copy"
+        self._chunk_mask = np.uint64(~(self.chunk_size - 1) & 0xFFFFFFFFFFFFFFFF)
+        self._fill.put(np.arange(frames, dtype=np.uint64) * np.uint64(self.chunk_size))
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
+
+    def _map_memory(self, s: socket.socket, frames: int, rx_size: int) -> None:
+        """UMEM, registered with the socket, and the fill and RX rings."""
         self._umem = mmap.mmap(-1, frames * self.chunk_size,
                                mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
         self.umem = np.frombuffer(self._umem, np.uint8)
-        self._umem_view = memoryview(self._umem)
+        self.umem_view = memoryview(self._umem)
         s.setsockopt(SOL_XDP, XDP_UMEM_REG, UMEM_REG.pack(
             self.umem.ctypes.data, len(self._umem), self.chunk_size, 0, 0, 0))
         # At the end of a batch the kernel publishes the RX entries first and
@@ -224,17 +257,10 @@ class XskSocket(ClosedOnExit):
         s.setsockopt(SOL_XDP, XDP_UMEM_COMPLETION_RING, 1)  # required; we never transmit
         s.setsockopt(SOL_XDP, XDP_RX_RING, rx_size)
         offsets = mmap_offsets(s.getsockopt(SOL_XDP, XDP_MMAP_OFFSETS, MMAP_OFFSETS_SIZE))
-        self._fill = FillRing(fd, XDP_UMEM_PGOFF_FILL_RING, offsets["fill"], fill_size)
+        self._fill = FillRing(s.fileno(), XDP_UMEM_PGOFF_FILL_RING, offsets["fill"], fill_size)
         self._rings.append(self._fill)
-        self._rx = RxRing(fd, XDP_PGOFF_RX_RING, offsets["rx"], rx_size)
+        self._rx = RxRing(s.fileno(), XDP_PGOFF_RX_RING, offsets["rx"], rx_size)
         self._rings.append(self._rx)
-        self._bind_mode(bind)
-        opts = struct.unpack("=I", s.getsockopt(SOL_XDP, XDP_OPTIONS, 4))[0]
-        self.mode = "zerocopy" if opts & XDP_OPTIONS_ZEROCOPY else "copy"
-        self._chunk_mask = np.uint64(~(self.chunk_size - 1) & 0xFFFFFFFFFFFFFFFF)
-        self._fill.put(np.arange(frames, dtype=np.uint64) * np.uint64(self.chunk_size))
-        self._poll = select.poll()
-        self._poll.register(fd, select.POLLIN)
 
     def _bind_mode(self, bind: str) -> None:
         tries = {"auto": [XDP_ZEROCOPY, XDP_COPY], "zerocopy": [XDP_ZEROCOPY],
@@ -335,7 +361,7 @@ class XskSocket(ClosedOnExit):
 
     def frame(self, addr: int, length: int) -> memoryview:
         """The bytes of one received frame, in place in UMEM."""
-        return self._umem_view[addr:addr + length]
+        return self.umem_view[addr:addr + length]
 
     def statistics(self) -> XskStatistics:
         raw = self._socket.getsockopt(SOL_XDP, XDP_STATISTICS, STATISTICS.size)
@@ -352,6 +378,11 @@ class XskSocket(ClosedOnExit):
                 "(counted as rx_dropped)"
             )
         return out
+
+    @property
+    def memory_bytes(self) -> int:
+        """What this socket maps: UMEM and its rings."""
+        return sizing.memory_bytes(self.frames, self.chunk_size, self.rx_size)
 
     def describe(self) -> dict:
         return {"interface": self.ifname, "netns": self.netns, "queue": self.queue,
@@ -371,15 +402,21 @@ class XskSocket(ClosedOnExit):
                 self._close_hooks.remove(hook)
         return forget
 
+    def unregister(self) -> None:
+        """Take the socket out of the program's map: from now on the queue's
+        valid datagrams fall back to the kernel, and what the RX ring holds
+        is all this socket will get. Idempotent."""
+        if self._registered and self._xsks is not None:
+            self._xsks.delete(self.queue)
+            self._registered = False
+
     def close(self) -> None:
         """Unregister, then close: the entry goes first, so the program never
         redirects to a closing socket. Idempotent."""
         hooks, self._close_hooks = self._close_hooks, []
         for hook in hooks:
             hook()
-        if self._registered and self._xsks is not None:
-            self._xsks.delete(self.queue)
-            self._registered = False
+        self.unregister()
         if self._xsks is not None:
             self._xsks.close()
             self._xsks = None
@@ -391,7 +428,7 @@ class XskSocket(ClosedOnExit):
             self._sock = None
         # UMEM stays mapped while a caller still holds a view of it; this
         # object lets go of its own (they were never made if _open failed).
-        for name in ("_umem", "_umem_view", "umem"):
+        for name in ("_umem", "umem_view", "umem"):
             self.__dict__.pop(name, None)
 
     @property
