@@ -1,6 +1,6 @@
 """The work a consumer of the delivery bench does per frame, in the three
-tiers of pyxdp.bench.TIERS, written once for the UDP socket and once for pyxdp so that both sides of a
-ratio do the same work:
+tiers of pyxdp.bench.TIERS, written once for the UDP socket and once for
+pyxdp so that both sides of a ratio do the same work:
 
   count  nothing per frame: the AF_XDP consumer counts descriptors, the UDP
          consumer receives each datagram into one buffer (recv_into), which
@@ -10,8 +10,8 @@ ratio do the same work:
          struct.unpack_from walk over the datagram; pyxdp: Batch.frames());
   act    touch, and each TOKEN frame's text appended to its flow's stream, a
          dict of lists keyed by the datagram's source address and port
-         (UDP: the address recvfrom_into returns; pyxdp: the source address
-         and port from the batch's headers, one key per datagram).
+         (UDP: the (host, port) recvfrom_into returns; pyxdp: the
+         "host:port" Batch.sources() gives, one per datagram).
 
 A UDP `drain` receives up to LIMIT datagrams, stopping early when the socket
 is empty, and returns how many it got; an AF_XDP `work` function does its
@@ -25,8 +25,6 @@ an abstraction the other does not.
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from pyxdp.proto.frames import HEADER, HEADER_LEN, FrameType
 
@@ -130,7 +128,7 @@ def xsk_touch(batch, tally: Tally) -> None:
 
 def xsk_act(batch, tally: Tally) -> None:
     arrays = batch.frames()
-    sources = flow_keys(batch)
+    sources = batch.sources()
     streams = tally.streams
     walked = 0
     for d, (ftype, payload) in zip(arrays.datagram.tolist(), arrays):
@@ -142,12 +140,3 @@ def xsk_act(batch, tally: Tally) -> None:
 
 XSK_WORK = {"count": xsk_count, "touch": xsk_touch, "act": xsk_act}
 
-
-def flow_keys(batch) -> list[bytes]:
-    """One hashable key per datagram of BATCH naming its flow: IP version,
-    source address and source port, as 19 bytes, made by numpy for the whole
-    batch at once (the UDP side gets its (host, port) from the kernel)."""
-    h = batch.headers
-    port = h.sport.astype(">u2").view(np.uint8).reshape(-1, 2)
-    raw = np.concatenate([h.ip_version.reshape(-1, 1), h.src_addr, port], axis=1)
-    return np.ascontiguousarray(raw).view("V19").ravel().tolist()
