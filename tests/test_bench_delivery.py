@@ -56,6 +56,7 @@ def test_rounds_alternate_the_order_of_the_consumers(delivery):
 def _check_run(run: dict) -> None:
     assert 0 < run["received"] <= FRAMES
     assert run["fps"] > 0 and run["window_s"] > 0 and run["offered_pps"] > 0
+    assert run["limited_by"] in ("sender", "consumer")
     lost = run["lost"]
     assert lost["total"] == FRAMES - run["received"]
     # Every lost frame is explained by a kernel counter.
@@ -112,6 +113,7 @@ def test_without_a_compiler_the_c_tier_is_skipped_with_a_note(cli, tmp_path):
     rows = [ln.split()[:2] for ln in proc.stdout.splitlines() if ln.split()[:1] in (["count"],
             ["touch"], ["act"])]
     assert [r[0] for r in rows] == ["count"] * 3 + ["touch"] * 3 + ["act"] * 3
+    assert "LIMITED BY (LAST ROUND)" in proc.stdout
     assert "C on libxdp" not in proc.stdout
     assert "C consumer skipped: no C compiler (cc, gcc, clang) on PATH" in proc.stdout
     assert "pyxdp against a C consumer" not in proc.stdout  # no target without its figure

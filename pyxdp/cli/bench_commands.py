@@ -131,22 +131,30 @@ def _xdp(r: dict) -> str:
 
 
 def _delivery(r: dict) -> str:
+    runs = r["delivery_last_round"]["runs"]
+
+    def row(tier: str, side: str, name: str, fps: dict, lost: dict) -> list[str]:
+        return [tier, name, *_fig(fps, "{:,.0f}"), number(lost["median"]),
+                runs[f"{side}_{tier}"]["limited_by"]]
+
     rows = []
     for tier in TIERS:
-        xsk, udp, ratio, xsk_lost, udp_lost = (r[delivery_keys(tier)[k]] for k in (
-            "xsk", "udp", "ratio", "xsk_lost", "udp_lost"))
-        rows += [[tier, f"AF_XDP, pyxdp ({r['xsk_mode']} mode)", *_fig(xsk, "{:,.0f}"),
-                  number(xsk_lost["median"])],
-                 [tier, "UDP socket", *_fig(udp, "{:,.0f}"), number(udp_lost["median"])],
-                 [tier, "pyxdp / UDP", *_fig(ratio, "{:.2f}x"), ""]]
+        keys = delivery_keys(tier)
+        rows += [row(tier, "xsk", f"AF_XDP, pyxdp ({r['xsk_mode']} mode)", r[keys["xsk"]],
+                     r[keys["xsk_lost"]]),
+                 row(tier, "udp", "UDP socket", r[keys["udp"]], r[keys["udp_lost"]]),
+                 [tier, "pyxdp / UDP", *_fig(r[keys["ratio"]], "{:.2f}x"), "", ""]]
         if tier == "touch" and r["c_touch_fps"] is not None:
-            rows += [[tier, f"AF_XDP, C on libxdp ({r['c_consumer']['mode']} mode)",
-                      *_fig(r["c_touch_fps"], "{:,.0f}"), number(r["c_touch_lost"]["median"])],
-                     [tier, "pyxdp / C", *_fig(r["xsk_touch_vs_c_ratio"], "{:.2f}x"), ""]]
+            rows += [row(tier, "c", f"AF_XDP, C on libxdp ({r['c_consumer']['mode']} mode)",
+                         r["c_touch_fps"], r["c_touch_lost"]),
+                     [tier, "pyxdp / C", *_fig(r["xsk_touch_vs_c_ratio"], "{:.2f}x"), "", ""]]
     out = [f"Delivery into Python, frames/s ({number(r['delivery_frames_offered'])} offered "
            f"per consumer and round: {r['delivery_load']})",
-           table(["TIER", "CONSUMER", "MEDIAN", "MIN", "MAX", "LOST (MEDIAN)"], rows)]
+           table(["TIER", "CONSUMER", "MEDIAN", "MIN", "MAX", "LOST (MEDIAN)",
+                  "LIMITED BY (LAST ROUND)"], rows)]
     out += [f"   {tier}: {TIER_WORK[tier]}" for tier in TIERS]
+    out.append("   limited by: sender, the consumer lost at most 0.1% and could take more; "
+               "consumer, it could not keep up")
     skipped = r["c_consumer"]["skipped"]
     if skipped:
         out.append(f"   C consumer skipped: {skipped}")
