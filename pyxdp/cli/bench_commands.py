@@ -156,14 +156,18 @@ def _relay(r: dict) -> str:
                  f"{f['paced_latency_us']['p99']['median']:,.0f}"]
                 for way, f in result["ways"].items()]
         ratio = result["sockmap_ratio"]
-        for other, tput, p99 in [("asyncio", "throughput_vs_asyncio", "paced_p99_vs_asyncio"),
-                                 (result.get("best_peer"), "throughput_vs_best_peer", None),
-                                 ("haproxy", None, "paced_p99_vs_haproxy")]:
-            if (tput and tput not in ratio) or (p99 and p99 not in ratio):
-                continue
+        # sockmap's ratios, a row per engine compared with: frames/s, paced p99
+        against: dict[str, dict] = {}
+        for key, other, column in [("throughput_vs_asyncio", "asyncio", "tput"),
+                                   ("paced_p99_vs_asyncio", "asyncio", "p99"),
+                                   ("throughput_vs_best_peer", result.get("best_peer"), "tput"),
+                                   ("paced_p99_vs_haproxy", "haproxy", "p99")]:
+            if key in ratio:
+                against.setdefault(other, {})[column] = ratio[key]
+        for other, cols in against.items():
             rows.append([f"sockmap/{other}",
-                         *(_fig(ratio[tput], "{:.2f}x") if tput else ["", "", ""]), "", "",
-                         f"{ratio[p99]['median']:.2f}x" if p99 else ""])
+                         *(_fig(cols["tput"], "{:.2f}x") if "tput" in cols else ["", "", ""]),
+                         "", "", f"{cols['p99']['median']:.2f}x" if "p99" in cols else ""])
         out += [f"{streams} stream{'s' if streams != '1' else ''}:",
                 table(["ENGINE", "FRAMES/S", "MIN", "MAX", "FLOOD P99", "PACED P50",
                        "PACED P99"], rows)]
