@@ -33,7 +33,7 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # python3-bpfcc is bcc for Debian's /usr/bin/python3; the venv below sees it.
 # libxdp1: pyxdp.xsk calls its AF_XDP ring functions. tmux: the tests drive
 # `zerolayer top` in a pane.
-PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux)
+PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
