@@ -27,8 +27,8 @@ struct zl_walk {
  * - a valid datagram ends exactly at END, so its payload bytes are its
  *   length less the headers: no sum in the loop.
  * Its state stays in registers: nothing else is held across it (see
- * zerolayer_xdp), as a spilled count added a store and a reload, on the
- * chain, to every frame.
+ * zerolayer_xdp), as a spilled count added a store and a reload to every
+ * frame.
  *
  * Headers within ZL_DIRECT_MAX of the packet start (every header, unless a
  * big skb-mode packet) are read in the first loop, one unaligned 32-bit
