@@ -40,7 +40,7 @@ int zl_sk_parser(struct __sk_buff *skb)
 	__u64 cookie = bpf_get_socket_cookie(skb);
 	__u32 zero = 0, reason, max_length, avail, total, len;
 	__u64 types;
-	__u8 type;
+	__u8 type, fresh;
 
 	c = zl_sk_counters.lookup(&zero);
 	conn = zl_sk_conns.lookup(&cookie);
@@ -48,6 +48,7 @@ int zl_sk_parser(struct __sk_buff *skb)
 		return zl_sk_break(c, conn, ZL_SK_DESYNC); /* not a socket we paired */
 	if (conn->broken)
 		return zl_sk_errno(conn->broken);
+	fresh = !conn->in_msg;
 	reason = zl_stream_place(skb, conn);
 	if (reason)
 		return zl_sk_break(c, conn, reason);
@@ -55,7 +56,12 @@ int zl_sk_parser(struct __sk_buff *skb)
 	avail = skb->len - conn->msg_off;
 	if (avail < ZL_FRAME_HDR_LEN)
 		return 0;
-	if (zl_stream_header(skb, conn->msg_off, &len, &type))
+	/* Only on a message's first call: later ones get the skb the stream
+	 * parser is appending to, and pulling would consume the fragments it
+	 * appends after. */
+	if (fresh)
+		zl_stream_pull(skb);
+	if (zl_stream_header_fast(skb, conn->msg_off, &len, &type))
 		return zl_sk_break(c, conn, ZL_SK_DESYNC);
 	cfg = zl_sk_config.lookup(&zero);
 	max_length = cfg ? cfg->max_length : 0;
@@ -64,17 +70,17 @@ int zl_sk_parser(struct __sk_buff *skb)
 		return zl_sk_break(c, conn, reason);
 
 	total = ZL_FRAME_HDR_LEN + len;
-	types = zl_type_bit(type);
+	types = zl_sk_type_bit(type);
 	if (total <= avail) {
 		/* More whole frames in hand join the message. */
 		for (int i = 1; i < ZL_SK_BATCH; i++) {
 			if (avail - total < ZL_FRAME_HDR_LEN ||
-			    zl_stream_header(skb, conn->msg_off + total, &len, &type) ||
+			    zl_stream_header_fast(skb, conn->msg_off + total, &len, &type) ||
 			    zl_stream_judge(len, type, max_length) ||
 			    ZL_FRAME_HDR_LEN + len > avail - total)
 				break;
 			total += ZL_FRAME_HDR_LEN + len;
-			types += zl_type_bit(type);
+			types += zl_sk_type_bit(type);
 		}
 	}
 	conn->msg_len = total;
@@ -97,7 +103,7 @@ int zl_sk_verdict(struct __sk_buff *skb)
 	if (!c || !conn)
 		return SK_DROP;
 	msg_len = conn->msg_len;
-	frames = zl_add_frames(c->frames, conn->msg_types);
+	frames = zl_sk_add_frames(c->frames, conn->msg_types);
 	c->payload_bytes += msg_len - ZL_FRAME_HDR_LEN * frames;
 	/* The next message starts here: the parser's next call places it and
 	 * sets its msg_len, seen_end and msg_types afresh. */

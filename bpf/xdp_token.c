@@ -27,16 +27,25 @@ static __always_inline int zl_malformed(struct zl_counters *c, __u32 reason)
 }
 
 /* Per-flow cadence (zl_flows.h): one clock read and, for a known flow, one
- * hash lookup per token datagram. */
-static __always_inline void zl_track_flow(void *data, void *data_end,
-					  const struct zl_udp *udp, const struct zl_walk *w)
+ * hash lookup per token datagram. It parses the packet again rather than
+ * have the common path, flows off, keep the headers it needs alive across
+ * the walk: a parse is a few ns, the clock read alone tens. */
+static __always_inline void zl_track_flow(struct xdp_md *ctx, const struct zl_walk *walk)
 {
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
 	struct zl_flow_key key = {};
+	struct zl_walk w = *walk;
+	struct zl_udp udp;
 	struct zl_flow *f;
 	__u32 zero = 0;
 	__u64 now;
 
-	if (zl_flow_key(data, data_end, udp, &key))
+	/* Recounted here, not shared with the counters' update: sharing kept
+	 * five values alive (on the stack) on every token datagram. */
+	zl_opaque(w.type_counts);
+	if (zl_parse_udp(data, data_end, &udp) != ZL_L4_UDP ||
+	    zl_flow_key(data, data_end, &udp, &key))
 		return;
 	now = bpf_ktime_get_ns();
 	f = zl_flows.lookup(&key);
@@ -50,40 +59,52 @@ static __always_inline void zl_track_flow(void *data, void *data_end,
 		if (!f)
 			return;
 	}
-	zl_flow_update(f, zl_gaps.lookup(&zero), w, now);
+	zl_flow_update(f, zl_gaps.lookup(&zero), &w, now);
+}
+
+/* What the packet is: ZL_L4_OTHER, ZL_L4_FRAGMENT, or ZL_L4_UDP for a
+ * datagram to a token port, walked into *W. */
+static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct zl_udp udp;
+	__u8 *is_token_port;
+	__u32 port;
+	int kind;
+
+	kind = zl_parse_udp(data, data_end, &udp);
+	if (kind != ZL_L4_UDP)
+		return kind;
+	port = udp.dport;
+	is_token_port = zl_ports.lookup(&port);
+	if (!is_token_port || !*is_token_port)
+		return ZL_L4_OTHER;
+	zl_walk_frames(ctx, data, data_end, udp.payload_off, udp.payload_end, w);
+	return ZL_L4_UDP;
 }
 
 int zerolayer_xdp(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
 	struct zl_counters *c;
 	struct zl_config *cfg;
-	struct zl_udp udp;
 	struct zl_walk walk;
-	__u32 zero = 0, port;
-	int queue;
-	__u8 *is_token_port;
-	int kind, action;
+	__u32 zero = 0;
+	int kind, queue, action;
 
+	kind = zl_classify(ctx, &walk);
+	/* Looked up only now: held across the walk, the pointer took a
+	 * register the walk needs, and the walk's state went to the stack. */
 	c = zl_counters.lookup(&zero);
 	if (!c)
 		return XDP_PASS;
 	c->packets++;
-
-	kind = zl_parse_udp(data, data_end, &udp);
 	if (kind == ZL_L4_FRAGMENT) {
 		c->fragments++;
 		return XDP_PASS;
 	}
 	if (kind != ZL_L4_UDP)
 		goto other;
-	port = udp.dport;
-	is_token_port = zl_ports.lookup(&port);
-	if (!is_token_port || !*is_token_port)
-		goto other;
-
-	zl_walk_frames(ctx, data, data_end, udp.payload_off, udp.payload_end, &walk);
 	if (walk.reason != ZL_VALID)
 		return zl_malformed(c, walk.reason);
 
@@ -93,7 +114,7 @@ int zerolayer_xdp(struct xdp_md *ctx)
 
 	cfg = zl_config.lookup(&zero);
 	if (cfg && (cfg->flags & ZL_CONFIG_FLOWS))
-		zl_track_flow(data, data_end, &udp, &walk);
+		zl_track_flow(ctx, &walk);
 
 	/* Most queues have no socket: look first (an inlined lookup) before
 	 * calling the redirect helper, whose flags argument is the action

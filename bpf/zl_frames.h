@@ -14,73 +14,110 @@ struct zl_walk {
 	__u32 reason;        /* ZL_VALID or a reason (zl_consts.h) */
 };
 
-/* Judges one frame header and steps *OFF past the frame. ZL_VALID means
- * "so far so good"; the caller sees the datagram is done when *off == end. */
-static __always_inline __u32 zl_step(__u64 len, __u64 type, __u64 *off, __u64 end,
-				     __u64 *counts, __u64 *bytes)
-{
-	/* 64-bit throughout: no zero-extensions on the loop's chain. */
-	if (type - 1 >= ZL_FRAME_TYPES)
-		return ZL_UNKNOWN_TYPE;
-	*off += ZL_FRAME_HDR_LEN + len;
-	if (*off > end)
-		return ZL_TRUNCATED;
-	*counts += zl_type_bit(type);
-	*bytes += len;
-	return ZL_VALID;
-}
-
-/* Walks the frames in [off, end), packet offsets.
+/* Walks the frames in [off, end), packet offsets; END is within the packet.
+ * Sets W's type_counts and payload_bytes only for a valid datagram.
  *
  * The walk is a dependency chain: every header's position comes from the
- * previous length, so the loop is kept as short as possible. Headers within
- * ZL_DIRECT_MAX of the packet start (every header, unless a big skb-mode
- * packet) are read in the first loop, one unaligned 32-bit load each (allowed
- * on x86-64 and arm64), with no helper call that would push the loop's state
- * onto the stack. Headers further in are read by the second loop through
- * bpf_xdp_load_bytes(). Both share one frame budget. */
+ * previous length, so the loop does only what that chain and the verifier
+ * need, and works the rest out on the way out:
+ * - every check a valid frame passes is one branch that it never takes;
+ * - a header that runs past END fails one of them too (its type, or its
+ *   length, which then ends past END), and only then is told apart as a
+ *   short header, keeping the spec's order: short, type, length;
+ * - a valid datagram ends exactly at END, so its payload bytes are its
+ *   length less the headers: no sum in the loop.
+ * Its state stays in registers: nothing else is held across it (see
+ * zerolayer_xdp), as a spilled count added a store and a reload to every
+ * frame.
+ *
+ * Headers within ZL_DIRECT_MAX of the packet start (every header, unless a
+ * big skb-mode packet) are read in the first loop, one unaligned 32-bit
+ * load each (allowed on x86-64 and arm64), with no helper call that would
+ * push the loop's state onto the stack. Headers further in are read by the
+ * second loop through bpf_xdp_load_bytes(). Both share one frame budget. */
 static __always_inline void zl_walk_frames(struct xdp_md *ctx, void *data,
 					   void *data_end, __u64 off, __u64 end,
 					   struct zl_walk *w)
 {
-	__u64 counts = 0, bytes = 0;
-	__u32 reason = ZL_SHORT_HEADER; /* also what an empty payload is */
+	__u64 start = off, counts = 0, next, type;
 	__u8 hdr[ZL_FRAME_HDR_LEN];
-	__u64 i = 0;
+	__u32 reason;
+	__u64 i;
 
-	if (off >= end)
-		goto out;
+	/* The verifier must know the first header is near the start; clang
+	 * knows it too, and would drop a plain mask. */
+	off = zl_bound16(off);
+	/* The loop's tests against constants are at its end, as exits: at its
+	 * top, clang rotates them into "stay if CONST > x", which BPF as bcc
+	 * targets it (no JLT) takes only with CONST in a register, one the
+	 * loop then lacks. */
+	for (i = 0;;) {
+		__u8 *h = data + off;
 
-	for (; i < ZL_MAX_FRAMES; i++) {
-		__u8 *h;
-
+		/* Past the packet is past END too: a short header. */
+		if ((void *)(h + ZL_FRAME_HDR_LEN) > data_end)
+			goto short_header;
+		type = h[4] - 1;
+		zl_opaque(type); /* keeps the check one compare */
+		if (type >= ZL_FRAME_TYPES)
+			goto bad_type;
+		counts += zl_type_bit(type + 1);
+		next = off + ZL_FRAME_HDR_LEN;
+		zl_opaque(next); /* the length is added last: one add on the chain */
+		next += zl_ntohl(*(__u32 *)h);
+		if (next >= end)
+			goto last;
+		off = next;
 		if (off > ZL_DIRECT_MAX)
 			break;
-		h = data + off;
-		if (off + ZL_FRAME_HDR_LEN > end || (void *)(h + ZL_FRAME_HDR_LEN) > data_end) {
-			reason = ZL_SHORT_HEADER;
-			goto out;
-		}
-		reason = zl_step(zl_ntohl(*(__u32 *)h), h[4], &off, end, &counts, &bytes);
-		if (reason != ZL_VALID || off == end)
-			goto out;
-	}
-	for (; i < ZL_MAX_FRAMES; i++) {
+		i++;
 		zl_opaque(i); /* a counter 6.1 can follow to the end */
-		if (off + ZL_FRAME_HDR_LEN > end ||
-		    bpf_xdp_load_bytes(ctx, off, hdr, sizeof(hdr))) {
-			reason = ZL_SHORT_HEADER;
-			goto out;
-		}
-		reason = zl_step(zl_ntohl(*(__u32 *)hdr), hdr[4], &off, end, &counts, &bytes);
-		if (reason != ZL_VALID || off == end)
-			goto out;
+		if (i == ZL_MAX_FRAMES)
+			goto too_many;
 	}
-	/* MAX_FRAMES valid frames, and bytes left over. */
+	i++;
+	if (i == ZL_MAX_FRAMES)
+		goto too_many;
+
+	for (;;) {
+		if (off + ZL_FRAME_HDR_LEN > end ||
+		    bpf_xdp_load_bytes(ctx, off, hdr, sizeof(hdr)))
+			goto short_header;
+		type = hdr[4] - 1;
+		zl_opaque(type);
+		if (type >= ZL_FRAME_TYPES)
+			goto bad_type;
+		counts += zl_type_bit(type + 1);
+		next = off + ZL_FRAME_HDR_LEN;
+		zl_opaque(next);
+		next += zl_ntohl(*(__u32 *)hdr);
+		if (next >= end)
+			goto last;
+		off = next;
+		i++;
+		zl_opaque(i);
+		if (i == ZL_MAX_FRAMES)
+			goto too_many;
+	}
+
+last: /* frame I, at OFF, reaches END or runs past it */
+	if (next == end) {
+		w->type_counts = counts;
+		w->payload_bytes = end - start - ZL_FRAME_HDR_LEN * (i + 1);
+		w->reason = ZL_VALID;
+		return;
+	}
+	reason = off + ZL_FRAME_HDR_LEN > end ? ZL_SHORT_HEADER : ZL_TRUNCATED;
+	goto out;
+bad_type:
+	reason = off + ZL_FRAME_HDR_LEN > end ? ZL_SHORT_HEADER : ZL_UNKNOWN_TYPE;
+	goto out;
+too_many: /* MAX_FRAMES valid frames, and bytes left over */
 	reason = ZL_TOO_MANY_FRAMES;
+	goto out;
+short_header:
+	reason = ZL_SHORT_HEADER;
 out:
-	w->type_counts = counts;
-	w->payload_bytes = bytes;
 	w->reason = reason;
 }
 

@@ -49,9 +49,9 @@ static __always_inline int zl_parse_eth(void *data, void *data_end,
 
 	if ((void *)(eth + 1) > data_end)
 		return -1;
-	/* One 16-bit load; struct ethhdr is packed, which makes clang read
-	 * its fields byte by byte. */
-	p = *(__u16 *)&eth->h_proto;
+	/* One 16-bit load: through struct ethhdr, which is packed, clang
+	 * reads the field byte by byte. */
+	p = *(__u16 *)(data + __builtin_offsetof(struct ethhdr, h_proto));
 
 #pragma unroll
 	for (int i = 0; i < ZL_MAX_VLAN_TAGS; i++) {

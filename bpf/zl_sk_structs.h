@@ -25,9 +25,13 @@
 #endif
 
 /* Frames per stream-parser message, at most: a bound for the parser's walk.
- * Each type's count in a message is kept in 8 bits. */
-#define ZL_SK_BATCH 64
-_Static_assert(ZL_SK_BATCH < 256, "ZL_SK_BATCH must fit 8 bits");
+ * Each type's count in a message is kept in ZL_SK_COUNT_BITS bits. */
+#ifndef ZL_SK_BATCH
+#define ZL_SK_BATCH 1024
+#endif
+#define ZL_SK_COUNT_BITS 12
+_Static_assert(ZL_SK_BATCH < (1 << ZL_SK_COUNT_BITS), "ZL_SK_BATCH must fit ZL_SK_COUNT_BITS");
+_Static_assert(ZL_FRAME_TYPES * ZL_SK_COUNT_BITS <= 64, "a message's counts must fit 64 bits");
 
 /* One per CPU; userspace sums them. Every field only ever grows. */
 struct zl_sk_counters {
@@ -54,7 +58,7 @@ struct zl_sk_config {
 struct zl_sk_conn {
 	__u64 peer;         /* cookie of the socket this one's frames go to */
 	__u64 frame_bytes;  /* bytes of whole frames redirected to the peer */
-	__u64 msg_types;    /* the current message's frames by type, 8 bits each */
+	__u64 msg_types;    /* the current message's frames by type, ZL_SK_COUNT_BITS each */
 	__u32 first_seq;    /* the stream's first byte */
 	__u32 next_seq;     /* where the current (or next) message starts */
 	__u32 seen_end;     /* just past the last byte the parser was shown */

@@ -22,7 +22,6 @@
 #include <uapi/linux/bpf.h>
 
 #include "zl_consts.h"
-#include "zl_counts.h"
 #include "zl_endian.h"
 #include "zl_sk_structs.h"
 
@@ -86,6 +85,31 @@ static __always_inline __u32 zl_stream_place(struct __sk_buff *skb, struct zl_sk
 	return 0;
 }
 
+/* A message's frame counts by type, ZL_SK_COUNT_BITS bits a type (REQUEST
+ * lowest): wider than zl_counts.h's bytes, so a message can hold more than
+ * 255 frames. */
+static __always_inline __u64 zl_sk_type_bit(__u64 type)
+{
+	return 1ULL << ((type - 1) * ZL_SK_COUNT_BITS);
+}
+
+/* Adds COUNTS to FRAMES[ZL_FRAME_TYPES]; returns how many frames that was. */
+static __always_inline __u64 zl_sk_add_frames(__u64 *frames, __u64 counts)
+{
+	__u64 mask = (1ULL << ZL_SK_COUNT_BITS) - 1, total = 0;
+
+#pragma unroll
+	for (int t = 0; t < ZL_FRAME_TYPES; t++) {
+		__u64 n = (counts >> (t * ZL_SK_COUNT_BITS)) & mask;
+
+		if (n) {
+			frames[t] += n;
+			total += n;
+		}
+	}
+	return total;
+}
+
 /* Reads the frame header at OFF of SKB: 0, or -1 when SKB is too short. */
 static __always_inline int zl_stream_header(struct __sk_buff *skb, __u32 off,
 					    __u32 *len, __u8 *type)
@@ -97,6 +121,44 @@ static __always_inline int zl_stream_header(struct __sk_buff *skb, __u32 off,
 	*len = zl_ntohl(*(__u32 *)hdr);
 	*type = hdr[4];
 	return 0;
+}
+
+/* The parser makes up to this many bytes of the skb linear
+ * (bpf_skb_pull_data), then reads the frame headers there in place instead
+ * of through one helper call each (which walks the skb's fragments every
+ * time). A header it cannot reach so is read with the helper. The verifier
+ * needs offsets into packet data below 64 KiB. */
+#define ZL_SK_PULL_MAX 0xfff0
+
+/* Makes the skb's first bytes, up to ZL_SK_PULL_MAX, linear. A failure only
+ * means the headers are read the slow way. */
+static __always_inline void zl_stream_pull(struct __sk_buff *skb)
+{
+	__u32 want = skb->len < ZL_SK_PULL_MAX ? skb->len : ZL_SK_PULL_MAX;
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+
+	if (data + want > data_end)
+		bpf_skb_pull_data(skb, want);
+}
+
+/* zl_stream_header, read in place when the header is in the linear data. */
+static __always_inline int zl_stream_header_fast(struct __sk_buff *skb, __u32 off,
+						 __u32 *len, __u8 *type)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u8 *h;
+
+	if (off < ZL_SK_PULL_MAX) {
+		h = data + off;
+		if ((void *)(h + ZL_FRAME_HDR_LEN) <= data_end) {
+			*len = ((__u32)h[0] << 24) | ((__u32)h[1] << 16) | ((__u32)h[2] << 8) | h[3];
+			*type = h[4];
+			return 0;
+		}
+	}
+	return zl_stream_header(skb, off, len, type);
 }
 
 #endif

@@ -1,11 +1,17 @@
-"""The relay section of `zerolayer bench` (sockmap relay against the
-asyncio relay and a direct connection, on loopback) runs and reports every
-figure; what the figures are is for the benchmark to say, not for a test to
-assert."""
+"""The relay section of `zerolayer bench` (the sockmap relay against the
+asyncio relay, the peers socat, haproxy and a splice relay, and a direct
+connection, on loopback) runs and reports every figure; what the figures
+are is for the benchmark to say, not for a test to assert. A peer that
+cannot run is skipped with a note."""
+
+import json
+import shutil
+import sys
 
 import pytest
 
-from bench_helpers import bench_json
+from bench_helpers import FIGURE_KEYS, bench_json
+from cli_runner import run_cli
 from pyxdp.bench import relay as relay_bench
 
 pytestmark = pytest.mark.root
@@ -23,15 +29,20 @@ def relay_run(tmp_path_factory):
     return report, progress, plot
 
 
-def test_the_section_measures_all_three_ways(relay_run):
+PEERS_HERE = shutil.which("socat") and shutil.which("haproxy") and shutil.which("cc")
+
+
+@pytest.mark.skipif(not PEERS_HERE, reason="needs socat, haproxy and cc (vagrant/provision.sh)")
+def test_the_section_measures_every_engine(relay_run):
     report, progress, _ = relay_run
     assert list(report) == ["machine", "quick", "relay", "targets", "duration_s", "plot"]
     relay = report["relay"]
-    assert list(relay) == ["load", "results", "sockmap_relay", "errors", "runs"]
-    assert relay["errors"] == []
+    assert list(relay) == ["load", "results", "sockmap_relay", "errors", "runs", "engines",
+                           "skipped", "sockmap_profile"]
+    assert relay["errors"] == [] and relay["skipped"] == {}
     assert relay["load"]["streams"] == list(STREAMS)
     assert relay["load"]["flood_frames"] == FLOOD and relay["load"]["rounds"] == 1
-    assert len(relay["runs"]) == len(STREAMS) * 2 * len(relay_bench.WAYS)
+    assert len(relay["runs"]) == len(STREAMS) * 2 * len(relay_bench.ENGINES)
     for run in relay["runs"]:
         if run["phase"] == "flood":
             assert run["frames"] == FLOOD // run["streams"] * run["streams"]
@@ -39,21 +50,45 @@ def test_the_section_measures_all_three_ways(relay_run):
         assert set(run["cpu_s"]) >= {"generator", "receiver", "host_busy"}
     for streams in map(str, STREAMS):
         result = relay["results"][streams]
-        assert set(result["ways"]) == set(relay_bench.WAYS)
+        assert set(result["ways"]) == set(relay_bench.ENGINES)
         assert set(result["sockmap_ratio"]) == {"throughput_vs_asyncio", "throughput_vs_direct",
-                                                "paced_p99_vs_asyncio", "flood_p99_vs_asyncio"}
+                                                "paced_p99_vs_asyncio", "flood_p99_vs_asyncio",
+                                                "throughput_vs_best_peer", "paced_p99_vs_haproxy"}
+        assert result["best_peer"] in relay_bench.PEERS
+    # one entry per engine and stream count, each figure a median of its rounds
+    assert [(e["engine"], e["streams"]) for e in relay["engines"]] == [
+        (engine, n) for n in STREAMS for engine in relay_bench.ENGINES]
+    for entry in relay["engines"]:
+        for key in ("frames_per_s", "paced_p50_us", "paced_p99_us", "flood_p99_us"):
+            assert set(entry[key]) == FIGURE_KEYS and entry[key]["rounds"] == 1
+    # where the sockmap relay's kernel time went: both programs ran, per frame
+    for streams in map(str, STREAMS):
+        profile = relay["sockmap_profile"][streams]
+        assert profile["errors"] == []
+        for prog in ("zl_sk_parser", "zl_sk_verdict"):
+            p = profile["programs"][prog]
+            assert p["runs"] > 0 and p["ns_per_run"] > 0 and p["frames_per_run"] >= 1
     # every frame went through the in-kernel relay whole: nothing broke, nothing left over
     assert relay["sockmap_relay"]["pairs"]["active"] == 0
     assert sum(relay["sockmap_relay"]["malformed"].values()) == 0
     assert "sockmap" in progress and "parser cost" not in progress
 
 
+@pytest.mark.skipif(not PEERS_HERE, reason="needs socat, haproxy and cc (vagrant/provision.sh)")
 def test_its_targets_join_the_top_level_targets(relay_run):
     report, _, _ = relay_run
-    keys = [t["key"] for t in report["targets"]]
-    assert keys == [f"relay.results.{n}.sockmap_ratio.{ratio}" for n in STREAMS
-                    for ratio in ("throughput_vs_asyncio", "paced_p99_vs_asyncio")]
-    assert all(t["kind"] == "target" and isinstance(t["met"], bool) for t in report["targets"])
+    keys = [(t["kind"], t["key"]) for t in report["targets"]]
+    expected = []
+    for n in STREAMS:
+        ratio = f"relay.results.{n}.sockmap_ratio."
+        expected += [("target", ratio + "throughput_vs_asyncio"),
+                     ("target", ratio + "paced_p99_vs_asyncio")]
+        if str(n) in relay_bench.PEER_TARGET_STREAMS:
+            expected += [("target", ratio + "throughput_vs_best_peer"),
+                         ("goal", ratio + "throughput_vs_best_peer"),
+                         ("target", ratio + "paced_p99_vs_haproxy")]
+    assert keys == expected
+    assert all(isinstance(t["met"], bool) for t in report["targets"])
 
 
 def test_the_plot_has_a_relay_panel(relay_run):
@@ -70,3 +105,23 @@ def test_the_text_report(cli):
     assert "sockmap/asyncio" in proc.stdout
     assert "target frames/s through the sockmap relay against the asyncio relay, 1 stream" \
         in proc.stdout
+    assert "zl_sk_parser" in proc.stdout  # the profile
+
+
+def test_missing_peers_are_skipped_with_a_note(tmp_path):
+    # No socat, no haproxy, no compiler on PATH and no splice relay built yet:
+    # the section still measures zerolayer's engines, and says what it left out.
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {"PATH": str(empty), "XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(tmp_path),
+           "PYTHONPATH": ":".join(sys.path)}
+    proc = run_cli("bench", "--json", "--section", "relay", "--quick", "--relay-streams", "1",
+                   "--relay-frames", "5000", env=env)
+    assert proc.returncode == 0, proc.stderr
+    relay = json.loads(proc.stdout)["relay"]
+    assert relay["skipped"] == {"splice": "no C compiler (cc) to build the splice relay",
+                                "socat": "socat is not installed",
+                                "haproxy": "haproxy is not installed"}
+    assert set(relay["results"]["1"]["ways"]) == {"sockmap", "asyncio", "direct"}
+    assert relay["results"]["1"]["best_peer"] is None
+    assert "skipped socat: socat is not installed" in proc.stderr

@@ -192,6 +192,7 @@ def sigusr1_handler():
 
 
 @pytest.mark.parametrize("where", ["main thread", "background thread"])
+@pytest.mark.kernel
 def test_signals_during_a_run_do_not_change_what_arrives(rig, sigusr1_handler, where):
     """A signal ends a live-frames test run early with EINTR; the generator
     sends the rest, so dut0 counts exactly N of the mix, in its proportions."""

@@ -222,6 +222,43 @@ def test_many_frames_in_one_segment(harness):
     h.check_no_leaks()
 
 
+def test_a_long_run_of_every_type_is_counted_by_type(harness):
+    # More frames in one segment than a byte per type could count (the
+    # parser's message holds up to ZL_SK_BATCH of them).
+    types = list(FrameType)
+    run = [types[i % len(types)] for i in range(1500)]
+    batch = b"".join(encode(t, struct.pack("!H", i)) for i, t in enumerate(run))
+    assert len(batch) < 65000  # one loopback segment
+    h = harness()
+    client, upstream = h.connect()
+    upstream.sendall(batch)
+    got = whole_frames(recv_exactly(client, len(batch)))
+    assert [(f.type, struct.unpack("!H", f.payload)[0]) for f in got] == list(zip(run, range(1500)))
+    c = counted(h)
+    assert [c[f"frames.{t.name.lower()}"] for t in types] == [run.count(t) for t in types]
+    client.close()
+    upstream.close()
+    h.settle(closed=1)
+    h.check_no_leaks()
+
+
+def test_frames_longer_than_a_segment_among_short_ones(harness):
+    # Frame headers past what the parser makes linear, and messages that
+    # start deep into what the stream parser gathered.
+    payloads = [b"a" * 100_000] + [struct.pack("!H", i) for i in range(300)] + [b"b" * 70_000]
+    stream = b"".join(encode(FrameType.TOKEN, p) for p in payloads) + encode(FrameType.DONE)
+    h = harness()
+    client, upstream = h.connect()
+    upstream.sendall(stream)
+    got = whole_frames(recv_exactly(client, len(stream)))
+    assert [f.payload for f in got] == [*payloads, b""]
+    assert counted(h)["frames.token"] == len(payloads)
+    client.close()
+    upstream.close()
+    h.settle(closed=1)
+    h.check_no_leaks()
+
+
 def test_header_split_one_and_four(harness):
     h = harness()
     client, upstream = h.connect()
@@ -262,6 +299,24 @@ def test_broken_stream_is_closed_and_counted(harness, reason, offender):
     stats = h.settle(closed=1)
     assert stats["closed"][reason] == 1
     assert counted(h)[f"malformed.{reason}"] == 1
+    h.check_no_leaks()
+
+
+@pytest.mark.parametrize("reason", sorted(BAD_HEADERS))
+def test_a_bad_header_deep_in_a_long_run(harness, reason):
+    # The parser walks many frames per call: the whole ones before the bad
+    # header still go through, in the same segment as it.
+    before = b"".join(encode(FrameType.TOKEN, struct.pack("!Q", i)) for i in range(700))
+    h = harness()
+    client, upstream = h.connect()
+    upstream.sendall(before + BAD_HEADERS[reason] + b"abc" + encode(FrameType.TOKEN, "after"))
+    assert recv_to_end(client) == (before, "eof")
+    assert recv_to_end(upstream)[1] == "reset"
+    for s in (client, upstream):
+        s.close()
+    assert h.settle(closed=1)["closed"][reason] == 1
+    c = counted(h)
+    assert c["frames.token"] == 700 and c[f"malformed.{reason}"] == 1
     h.check_no_leaks()
 
 

@@ -82,6 +82,7 @@ async def count_frames(xsk: XskSocket, n: int, release_itself: bool = False) -> 
 
 @pytest.mark.parametrize("release_itself", [False, True], ids=["iterator releases",
                                                                 "consumer releases too"])
+@pytest.mark.kernel
 def test_every_datagram_arrives_through_async_for(rig, release_itself):
     """Eight times the socket's chunks go through it: only chunks given
     back can hold them all."""

@@ -302,6 +302,7 @@ def summary_of(err: str) -> dict:
     return json.loads(err.strip().splitlines()[-1])["summary"]
 
 
+@pytest.mark.kernel
 def test_a_5000_datagram_burst_arrives_whole_with_the_default_sizes(attached):
     """At the generator's full rate, far faster than any Python reader: the
     default ring and UMEM hold the whole burst, whenever the reader runs."""
@@ -327,6 +328,7 @@ def test_a_5000_datagram_burst_arrives_whole_with_the_default_sizes(attached):
     (["--frames", 64, "--ring-size", 128], "no_free_chunk"),  # the chunks run out first
 ])
 @pytest.mark.parametrize("as_json", [True, False])
+@pytest.mark.kernel
 def test_listen_reports_each_queues_losses_and_why(attached, sizes, reason, as_json):
     """The listener is stopped (SIGSTOP) while 20,000 datagrams arrive, so
     its socket takes exactly what its sizes hold and loses the rest; the

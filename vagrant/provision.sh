@@ -33,9 +33,10 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # python3-bpfcc is bcc for Debian's /usr/bin/python3; the venv below sees it.
 # libxdp1: pyxdp.xsk calls its AF_XDP ring functions. tmux: the tests drive
 # `zerolayer top` in a pane.
-# gcc, libxdp-dev and libbpf-dev: `zerolayer bench` compiles its C consumer
-# (pyxdp/bench/xsk_consumer.c) with them, and skips it where they are missing.
-PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux gcc libxdp-dev libbpf-dev)
+# socat, haproxy: peers of the relay bench. gcc: the bench compiles its splice
+# relay and its delivery C consumer; libxdp-dev and libbpf-dev: the consumer's
+# headers and libraries. A peer or consumer that cannot be built is skipped.
+PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc libxdp-dev libbpf-dev)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")

@@ -37,9 +37,9 @@ def _check_writable(path: str) -> None:
 @click.option("--delivery-frames", metavar="N", type=click.IntRange(min=1000), default=None,
               help="delivery: datagrams offered to each consumer at each tier (default "
                    f"{bench_delivery.FRAMES:,}; {bench_delivery.QUICK_FRAMES:,} with --quick).")
-@click.option("--relay-streams", metavar="N", type=click.IntRange(1, 256), multiple=True,
+@click.option("--relay-streams", metavar="N", type=click.IntRange(1, 1024), multiple=True,
               help="relay: concurrent streams of a run; repeat for more (default "
-                   f"{' and '.join(map(str, bench_relay.FULL.streams))}).")
+                   f"{', '.join(map(str, bench_relay.FULL.streams))}).")
 @click.option("--relay-frames", metavar="N", type=click.IntRange(min=1000), default=None,
               help="relay: frames of a flood, all streams together (default "
                    f"{bench_relay.FULL.flood_frames:,}; {bench_relay.QUICK.flood_frames:,} "
@@ -165,20 +165,40 @@ def _relay(r: dict) -> str:
     relay = r["relay"]
     load = relay["load"]
     out = [f"TCP relay on loopback, {load['frame_bytes']}-byte frames: frames/s flooding "
-           f"{number(load['flood_frames'])} frames, p99 latency in us flooding and at "
-           f"{number(load['paced_rate'])} frames/s (paced)"]
+           f"{number(load['flood_frames'])} frames, p99 latency in us flooding, p50 and p99 "
+           f"at {number(load['paced_rate'])} frames/s (paced)"]
     for streams, result in relay["results"].items():
         rows = [[way, *_fig(f["frames_per_s"], "{:,.0f}"),
                  f"{f['flood_latency_us']['p99']['median']:,.0f}",
+                 f"{f['paced_latency_us']['p50']['median']:,.0f}",
                  f"{f['paced_latency_us']['p99']['median']:,.0f}"]
                 for way, f in result["ways"].items()]
         ratio = result["sockmap_ratio"]
-        if ratio:
-            rows.append(["sockmap/asyncio", *_fig(ratio["throughput_vs_asyncio"], "{:.2f}x"),
-                         f"{ratio['flood_p99_vs_asyncio']['median']:.2f}x",
-                         f"{ratio['paced_p99_vs_asyncio']['median']:.2f}x"])
+        # sockmap's ratios, a row per engine compared with: frames/s, paced p99
+        against: dict[str, dict] = {}
+        for key, other, column in [("throughput_vs_asyncio", "asyncio", "tput"),
+                                   ("paced_p99_vs_asyncio", "asyncio", "p99"),
+                                   ("throughput_vs_best_peer", result.get("best_peer"), "tput"),
+                                   ("paced_p99_vs_haproxy", "haproxy", "p99")]:
+            if key in ratio:
+                against.setdefault(other, {})[column] = ratio[key]
+        for other, cols in against.items():
+            rows.append([f"sockmap/{other}",
+                         *(_fig(cols["tput"], "{:.2f}x") if "tput" in cols else ["", "", ""]),
+                         "", "", f"{cols['p99']['median']:.2f}x" if "p99" in cols else ""])
         out += [f"{streams} stream{'s' if streams != '1' else ''}:",
-                table(["WAY", "FRAMES/S", "MIN", "MAX", "FLOOD P99", "PACED P99"], rows)]
+                table(["ENGINE", "FRAMES/S", "MIN", "MAX", "FLOOD P99", "PACED P50",
+                       "PACED P99"], rows)]
+    for name, note in relay.get("skipped", {}).items():
+        out.append(f"skipped {name}: {note}")
+    profile = relay.get("sockmap_profile", {})
+    if profile:
+        out.append("sockmap relay's programs, one more flood with BPF run-time statistics on:")
+        rows = [[streams, name, number(p["runs"]), f"{p['ns_per_run']:,.0f}",
+                 f"{p['frames_per_run']:,.1f}", f"{p['ns_per_frame']:,.1f}"]
+                for streams, prof in profile.items() for name, p in prof["programs"].items()]
+        out.append(table(["STREAMS", "PROGRAM", "RUNS", "NS/RUN", "FRAMES/RUN", "NS/FRAME"],
+                         rows))
     if relay["errors"]:
         out.append("errors: " + "; ".join(relay["errors"]))
     return "\n".join(out)

@@ -6,6 +6,7 @@ stats, detach, AF_XDP registration, test runs) goes through here, so those
 paths never import bcc or compile anything.
 """
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -25,6 +26,7 @@ BPF_PROG_TEST_RUN = 10
 BPF_PROG_GET_FD_BY_ID = 13
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_MAP_LOOKUP_BATCH = 24
+BPF_ENABLE_STATS = 32
 
 BPF_ANY = 0
 
@@ -134,6 +136,38 @@ def prog_info(fd: int) -> ProgInfo:
         name=_cstr(raw[64:80]),
         map_ids=map_ids,
     )
+
+
+# struct bpf_prog_info: run_time_ns and run_cnt (both __u64), counted only
+# while run-time statistics are on.
+_RUN_TIME_NS = 192
+_PROG_INFO_LEN = 216
+BPF_STATS_RUN_TIME = 0
+
+
+def prog_run_stats(fd: int) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) of a program, summed since it was loaded."""
+    raw = _info(fd, _PROG_INFO_LEN)
+    return struct.unpack_from("=QQ", raw, _RUN_TIME_NS)
+
+
+def enable_run_stats() -> int:
+    """Turn on BPF programs' run-time statistics for as long as the returned
+    fd is open (BPF_ENABLE_STATS, Linux 5.8). Unlike the global sysctl
+    kernel.bpf_stats_enabled, nothing is left changed when the process dies:
+    the kernel drops the count with the fd."""
+    return bpf(BPF_ENABLE_STATS, _attr("=I", BPF_STATS_RUN_TIME))
+
+
+@contextlib.contextmanager
+def run_stats_on():
+    """BPF run-time statistics on inside the block, and off again after it
+    on every path (unless something else holds them on)."""
+    fd = enable_run_stats()
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 def map_info(fd: int) -> MapInfo:

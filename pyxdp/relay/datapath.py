@@ -177,6 +177,12 @@ class RelayDataPath:
         raw = self._element("counters", LAYOUT.size * ncpus)
         return counters.from_percpu(raw, ncpus, FIELDS)
 
+    def program_stats(self) -> dict[str, tuple[int, int]]:
+        """Per program, (run_time_ns, run_cnt) since it was loaded: counted
+        only while BPF run-time statistics are on (bpfsys.run_stats_on)."""
+        assert self._loaded is not None, "the data path is closed"
+        return {name: bpfsys.prog_run_stats(fd) for name, fd in self._loaded.prog_fds.items()}
+
     def _element(self, name: str, size: int) -> bytes:
         raw = bpfsys.map_lookup(self._maps[name], KEY.pack(0), size)
         assert raw is not None  # an array map has every index

@@ -1,0 +1,216 @@
+"""The relays zerolayer's are benchmarked against, run on loopback beside
+them: socat (a process per connection), haproxy in `mode tcp`, and a small
+splice(2) relay in C (splice_relay.c, built here with the system's C
+compiler and cached by source hash). None of them knows frames.
+
+A peer that cannot run here (its program or a compiler is missing) is
+skipped with a note, not an error: start_all() returns the peers started and
+a note per peer skipped. Every peer is stopped by stop(), also on failure.
+"""
+
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+
+PEERS = ("splice", "socat", "haproxy")
+_START_TIMEOUT = 5.0
+
+
+class PeerSkipped(Exception):
+    """This peer cannot run here; the message says why."""
+
+
+@dataclass
+class Peer:
+    name: str
+    address: str
+    proc: subprocess.Popen
+    workdir: str
+
+    def stop(self) -> None:
+        """End the peer and what it forked (its own process group)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_all(upstream: str, names=PEERS) -> tuple[dict[str, Peer], dict[str, str]]:
+    """Start each peer relaying 127.0.0.1:PORT to UPSTREAM (127.0.0.1:PORT).
+    Returns the peers started and, for the others, why they were skipped."""
+    started: dict[str, Peer] = {}
+    skipped: dict[str, str] = {}
+    try:
+        for name in names:
+            try:
+                started[name] = _START[name](_port_of(upstream))
+            except PeerSkipped as exc:
+                skipped[name] = str(exc)
+    except BaseException:
+        for peer in started.values():
+            peer.stop()
+        raise
+    return started, skipped
+
+
+def _port_of(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def _spawn(name: str, argv: list[str], workdir: str, port: int | None) -> Peer:
+    """Run ARGV in its own process group; wait until 127.0.0.1:PORT (or the
+    port the program prints, when PORT is None) is listening."""
+    log = open(os.path.join(workdir, "stderr"), "wb")
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=log, start_new_session=True, cwd=workdir)
+    finally:
+        log.close()
+    peer = Peer(name, "", proc, workdir)
+    try:
+        if port is None:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()  # the program says its port, or exits
+            if not line.isdigit():
+                raise PeerSkipped(f"{name} did not start: {_tail(workdir)}")
+            port = int(line)
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not _listening(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise PeerSkipped(f"{name} did not start: {_tail(workdir)}")
+            time.sleep(0.02)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        peer.address = f"127.0.0.1:{port}"
+        return peer
+    except BaseException:
+        peer.stop()
+        raise
+
+
+def _tail(workdir: str) -> str:
+    with open(os.path.join(workdir, "stderr"), errors="replace") as f:
+        lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def _listening(port: int) -> bool:
+    """Is a TCP socket of this network namespace listening on 127.0.0.1:PORT?
+    (Read from /proc, not probed: a probe would make the peer connect upstream.)"""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as f:
+        return any(fields[1] == want and fields[3] == "0A"
+                   for fields in (line.split() for line in f.readlines()[1:]))
+
+
+def _free_port() -> int:
+    """A port free now on loopback, for peers that cannot report the one they bind."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _workdir(name: str) -> str:
+    return tempfile.mkdtemp(prefix=f"zl-bench-{name}-")
+
+
+def _need(program: str) -> str:
+    path = shutil.which(program)
+    if path is None:
+        raise PeerSkipped(f"{program} is not installed")
+    return path
+
+
+# --- the peers -----------------------------------------------------------------------------
+
+def _socat(upstream_port: int) -> Peer:
+    socat = _need("socat")
+    port = _free_port()
+    # fork: a process per connection, as socat relays are usually run;
+    # nodelay on both sides, as every relay of the bench has it.
+    argv = [socat, f"TCP4-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,backlog=4096,nodelay",
+            f"TCP4:127.0.0.1:{upstream_port},nodelay"]
+    return _spawn("socat", argv, _workdir("socat"), port)
+
+
+_HAPROXY_CFG = """\
+global
+    maxconn 8192
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+listen zl_bench
+    bind 127.0.0.1:{port}
+    server upstream 127.0.0.1:{upstream_port}
+"""
+
+
+def _haproxy(upstream_port: int) -> Peer:
+    haproxy = _need("haproxy")
+    port = _free_port()
+    workdir = _workdir("haproxy")
+    cfg = os.path.join(workdir, "haproxy.cfg")
+    with open(cfg, "w") as f:
+        f.write(_HAPROXY_CFG.format(port=port, upstream_port=upstream_port))
+    # -db: stay in the foreground, so that stop() ends it.
+    return _spawn("haproxy", [haproxy, "-db", "-f", cfg], workdir, port)
+
+
+def _splice(upstream_port: int) -> Peer:
+    binary = splice_relay_binary()
+    return _spawn("splice", [binary, "0", str(upstream_port)], _workdir("splice"), None)
+
+
+_START = {"splice": _splice, "socat": _socat, "haproxy": _haproxy}
+
+
+# --- building the splice relay -----------------------------------------------------------------
+
+SPLICE_SOURCE = "splice_relay.c"
+
+
+def splice_relay_binary(cache_dir: str | None = None) -> str:
+    """The splice relay, compiled from the packaged source with `cc` unless a
+    build of this very source is cached. Raises PeerSkipped without a compiler."""
+    source = resources.files("pyxdp.bench").joinpath(SPLICE_SOURCE).read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    cache_dir = cache_dir or _cache_dir()
+    binary = os.path.join(cache_dir, f"splice_relay-{digest}")
+    if os.access(binary, os.X_OK):
+        return binary
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        raise PeerSkipped("no C compiler (cc) to build the splice relay")
+    os.makedirs(cache_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="zl-splice-") as tmp:
+        src = os.path.join(tmp, SPLICE_SOURCE)
+        with open(src, "wb") as f:
+            f.write(source)
+        out = f"{binary}.{os.getpid()}.tmp"  # beside it: the rename must not cross filesystems
+        proc = subprocess.run([cc, "-O2", "-Wall", "-o", out, src], capture_output=True, text=True)
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["no message"])[0]
+            raise PeerSkipped(f"the splice relay did not compile: {first}")
+        os.replace(out, binary)  # atomic: a concurrent bench sees no file or a whole one
+    return binary
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "zerolayer")
