@@ -2,9 +2,8 @@
 an AF_XDP consumer on libxdp that walks every frame as the Python "touch"
 tier does, built at bench time and run as one more consumer of the same load.
 
-It is compiled with the system's cc into a directory made for the run and
-removed after it (no cache: root runs what it built itself, never a binary
-someone else could have left in a shared directory). Without a compiler, or
+It is compiled by pyxdp.bench.c_build into a directory made for the run and
+removed after it. Without a compiler, or
 without libxdp's and libbpf's headers (Debian: libxdp-dev, libbpf-dev), it is
 skipped and Build.skipped says why; any other compile error is a bug and
 stops the bench, with the compiler's log kept.
@@ -23,12 +22,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyxdp.bench import c_build
 from pyxdp.errors import ZerolayerError
 from pyxdp.xdp import pins
 
 SOURCE = Path(__file__).with_name("xsk_consumer.c")
-COMPILERS = ("cc", "gcc", "clang")
-CFLAGS = ("-O2", "-Wall")
 LIBS = ("-lxdp", "-lbpf")
 DEV_PACKAGES = "libxdp-dev libbpf-dev"
 READY_TIMEOUT_S = 10.0
@@ -45,7 +43,7 @@ class Build:
 
     def to_json(self) -> dict:
         return {"source": SOURCE.name, "compiler": self.compiler,
-                "command": " ".join(["cc", *CFLAGS, SOURCE.name, *LIBS]),
+                "command": c_build.command(SOURCE, LIBS),
                 "skipped": self.skipped}
 
 
@@ -61,26 +59,21 @@ def built() -> Iterator[Build]:
 
 def build(workdir: str, source: Path = SOURCE) -> Build:
     """SOURCE compiled into WORKDIR, or why not."""
-    cc = next((path for name in COMPILERS if (path := shutil.which(name))), None)
-    if cc is None:
-        return Build(None, None, f"no C compiler ({', '.join(COMPILERS)}) on PATH")
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
-    compiler = (version.stdout.splitlines() or [cc])[0]
-    binary = os.path.join(workdir, source.stem)
-    proc = subprocess.run([cc, *CFLAGS, "-o", binary, str(source), *LIBS],
-                          capture_output=True, text=True, timeout=120)
-    if proc.returncode == 0:
-        return Build(binary, compiler, None)
-    missing = _MISSING_DEV.search(proc.stderr)
+    try:
+        done = c_build.compile_c(source, workdir, LIBS)
+    except c_build.NoCompiler as exc:
+        return Build(None, None, str(exc))
+    if done.binary is not None:
+        return Build(done.binary, done.compiler, None)
+    missing = _MISSING_DEV.search(done.stderr)
     if missing:
-        return Build(None, compiler, f"{missing.group(1) or missing.group(2)} not found: "
-                                     f"install {DEV_PACKAGES}")
+        return Build(None, done.compiler, f"{missing.group(1) or missing.group(2)} not found: "
+                                          f"install {DEV_PACKAGES}")
     fd, log_path = tempfile.mkstemp(prefix="zerolayer-xsk-consumer-", suffix=".log")
     with os.fdopen(fd, "w") as log:
-        log.write(proc.stderr)
-    first = next((ln for ln in proc.stderr.splitlines() if "error:" in ln),
-                 proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "no output")
-    raise ZerolayerError(f"compiling {source.name} failed: {first.strip()} (full log: {log_path})")
+        log.write(done.stderr)
+    raise ZerolayerError(f"compiling {source.name} failed: {done.first_error()} "
+                         f"(full log: {log_path})")
 
 
 class CConsumer:

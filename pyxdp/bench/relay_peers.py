@@ -1,14 +1,13 @@
 """The relays zerolayer's are benchmarked against, run on loopback beside
 them: socat (a process per connection), haproxy in `mode tcp`, and a small
-splice(2) relay in C (splice_relay.c, built here with the system's C
-compiler and cached by source hash). None of them knows frames.
+splice(2) relay in C (splice_relay.c, built by pyxdp.bench.c_build into the
+peer's own directory each run). None of them knows frames.
 
 A peer that cannot run here (its program or a compiler is missing) is
 skipped with a note, not an error: start_all() returns the peers started and
 a note per peer skipped. Every peer is stopped by stop(), also on failure.
 """
 
-import hashlib
 import os
 import shutil
 import signal
@@ -17,7 +16,9 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
+
+from pyxdp.bench import c_build
 
 PEERS = ("splice", "socat", "haproxy")
 _START_TIMEOUT = 5.0
@@ -173,44 +174,18 @@ def _haproxy(upstream_port: int) -> Peer:
 
 
 def _splice(upstream_port: int) -> Peer:
-    binary = splice_relay_binary()
-    return _spawn("splice", [binary, "0", str(upstream_port)], _workdir("splice"), None)
+    workdir = _workdir("splice")
+    try:
+        done = c_build.compile_c(SPLICE_SOURCE, workdir)
+    except c_build.NoCompiler as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise PeerSkipped(f"{exc}: the splice relay cannot be built") from None
+    if done.binary is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise PeerSkipped(f"the splice relay did not compile: {done.first_error()}")
+    return _spawn("splice", [done.binary, "0", str(upstream_port)], workdir, None)
 
 
 _START = {"splice": _splice, "socat": _socat, "haproxy": _haproxy}
 
-
-# --- building the splice relay -----------------------------------------------------------------
-
-SPLICE_SOURCE = "splice_relay.c"
-
-
-def splice_relay_binary(cache_dir: str | None = None) -> str:
-    """The splice relay, compiled from the packaged source with `cc` unless a
-    build of this very source is cached. Raises PeerSkipped without a compiler."""
-    source = resources.files("pyxdp.bench").joinpath(SPLICE_SOURCE).read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:16]
-    cache_dir = cache_dir or _cache_dir()
-    binary = os.path.join(cache_dir, f"splice_relay-{digest}")
-    if os.access(binary, os.X_OK):
-        return binary
-    cc = shutil.which(os.environ.get("CC", "cc"))
-    if cc is None:
-        raise PeerSkipped("no C compiler (cc) to build the splice relay")
-    os.makedirs(cache_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="zl-splice-") as tmp:
-        src = os.path.join(tmp, SPLICE_SOURCE)
-        with open(src, "wb") as f:
-            f.write(source)
-        out = f"{binary}.{os.getpid()}.tmp"  # beside it: the rename must not cross filesystems
-        proc = subprocess.run([cc, "-O2", "-Wall", "-o", out, src], capture_output=True, text=True)
-        if proc.returncode != 0:
-            first = (proc.stderr.strip().splitlines() or ["no message"])[0]
-            raise PeerSkipped(f"the splice relay did not compile: {first}")
-        os.replace(out, binary)  # atomic: a concurrent bench sees no file or a whole one
-    return binary
-
-
-def _cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "zerolayer")
+SPLICE_SOURCE = Path(__file__).with_name("splice_relay.c")
