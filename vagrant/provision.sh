@@ -34,16 +34,28 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # libxdp1: pyxdp.xsk calls its AF_XDP ring functions. tmux: the tests drive
 # `zerolayer top` in a pane.
 # socat, haproxy: peers of the relay bench. gcc: the bench compiles its splice
-# relay and its delivery C consumer; libxdp-dev and libbpf-dev: the consumer's
-# headers and libraries. A peer or consumer that cannot be built is skipped.
-PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc libxdp-dev libbpf-dev)
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
-done
+# relay and its delivery C consumer.
+PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc)
+# The C consumer's headers and libraries. Best effort: where libbpf1 came
+# from bookworm-backports (with its kernel), bookworm's libbpf-dev cannot be
+# installed beside it, and the bench then skips the consumer with a note.
+BENCH_DEV_PACKAGES=(libxdp-dev libbpf-dev)
+not_installed() {
+    local pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || echo "$pkg"
+    done
+}
+mapfile -t missing < <(not_installed "${PACKAGES[@]}")
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
     apt_install "${missing[@]}"
+fi
+mapfile -t missing < <(not_installed "${BENCH_DEV_PACKAGES[@]}")
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    apt_install "${missing[@]}" \
+        || say "could not install ${missing[*]}: zerolayer bench will skip its C consumer"
 fi
 
 # --- kernel headers for bcc -------------------------------------------------
