@@ -56,6 +56,28 @@ def attached(lab):
         loader.detach(lab.dut.ifname, lab.dut.netns)
 
 
+@pytest.fixture(scope="module")
+def module_lab():
+    """One lab with zerolayer on dut0 for a whole module, whose tests read
+    counter deltas rather than needing a fresh lab each."""
+    from pyxdp.xdp import loader
+
+    with veth_lab.Lab() as made:
+        loader.attach(made.dut.ifname, netns=made.dut.netns)
+        try:
+            yield made
+        finally:
+            loader.detach(made.dut.ifname, made.dut.netns)
+
+
+@pytest.fixture(scope="module")
+def rig(module_lab):
+    """module_lab, and one compiled generator on its peer0."""
+    from pyxdp.lab.generator import LiveGenerator
+
+    return module_lab, LiveGenerator(module_lab.peer.ifname, module_lab.peer.netns)
+
+
 @pytest.fixture(scope="session")
 def token_program():
     """zerolayer's XDP program with private maps, for BPF_PROG_TEST_RUN."""

@@ -10,23 +10,12 @@ import pytest
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import generator
-from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.proto import counters, frames
-from pyxdp.xdp import loader, stats
+from pyxdp.xdp import stats
 
 pytestmark = pytest.mark.root
 
 
-@pytest.fixture(scope="module")
-def rig():
-    """One lab, zerolayer on dut0, one compiled generator on peer0, for the
-    whole module: each test reads counter deltas."""
-    with lab_mod.Lab() as lab:
-        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
-        try:
-            yield lab, generator.LiveGenerator(lab.peer.ifname, lab.peer.netns)
-        finally:
-            loader.detach(lab.dut.ifname, lab.dut.netns)
 
 
 def read(lab) -> dict[str, int]:

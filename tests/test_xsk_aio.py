@@ -12,9 +12,8 @@ import pytest
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import generator
-from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.proto import counters
-from pyxdp.xdp import loader, stats
+from pyxdp.xdp import stats
 from pyxdp.xsk.socket import XskSocket
 
 # A consumer that never wakes would hang its event loop: fail in a minute.
@@ -28,15 +27,6 @@ SMALL_UMEM = 256
 GUARD_S = 20  # a wait that would otherwise hang fails after this long
 
 
-@pytest.fixture(scope="module")
-def rig():
-    """One lab, zerolayer on dut0, a generator on peer0; tests read deltas."""
-    with lab_mod.Lab() as lab:
-        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
-        try:
-            yield lab, generator.LiveGenerator(lab.peer.ifname, lab.peer.netns)
-        finally:
-            loader.detach(lab.dut.ifname, lab.dut.netns)
 
 
 def open_xsk(lab, **options) -> XskSocket:

@@ -10,10 +10,8 @@ import pytest
 
 from packets import random_token_packet, random_token_payload
 from pyxdp.lab import traffic
-from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.lab.generator import LiveGenerator, Mix
 from pyxdp.proto import datagram, judge
-from pyxdp.xdp import loader
 from pyxdp.xsk.socket import XskSocket
 
 pytestmark = pytest.mark.root
@@ -23,13 +21,9 @@ BIG = {"frames": 1 << 15, "rx_size": 1 << 15}  # holds everything a test sends, 
 
 
 @pytest.fixture(scope="module")
-def attached():
-    with lab_mod.Lab() as lab:
-        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
-        try:
-            yield lab
-        finally:
-            loader.detach(lab.dut.ifname, lab.dut.netns)
+def attached(module_lab):
+    """One lab for the module: its tests read counter deltas."""
+    return module_lab
 
 
 def random_packets(seed: int, count: int, budget: int = 1400) -> list[tuple[int, bytes]]:

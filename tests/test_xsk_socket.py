@@ -28,15 +28,9 @@ pytestmark = pytest.mark.root
 # --- fixtures and helpers -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def attached():
-    """A one-queue lab with zerolayer attached, shared by this module's tests
-    (each looks at counter deltas only)."""
-    with lab_mod.Lab() as lab:
-        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
-        try:
-            yield lab
-        finally:
-            loader.detach(lab.dut.ifname, lab.dut.netns)
+def attached(module_lab):
+    """One lab for the module: its tests read counter deltas."""
+    return module_lab
 
 
 @pytest.fixture(scope="module")
