@@ -119,3 +119,24 @@ int zl_sk_verdict(struct __sk_buff *skb)
 	}
 	return verdict;
 }
+
+/* Not a relay mode: the bench's ceiling for any program on this path
+ * (docs/spec.md section 8). Attached alone, without the stream parser, it
+ * redirects each segment as it came and frames nothing. It keeps only the
+ * byte counts the relay's control plane reads to see a stream drained and
+ * ended (offsets from 0: without strparser there is no segment sequence). */
+int zl_sk_verdict_unframed(struct __sk_buff *skb)
+{
+	__u64 cookie = bpf_get_socket_cookie(skb);
+	struct zl_sk_conn *conn = zl_sk_conns.lookup(&cookie);
+	int verdict;
+
+	if (!conn)
+		return SK_DROP;
+	conn->started = 1;
+	conn->next_seq += skb->len;
+	verdict = bpf_sk_redirect_hash(skb, zl_sk_socks, &conn->peer, 0);
+	if (verdict == SK_PASS)
+		conn->frame_bytes += skb->len;
+	return verdict;
+}

@@ -53,7 +53,10 @@ def test_the_section_measures_every_engine(relay_run):
         assert set(result["ways"]) == set(relay_bench.ENGINES)
         assert set(result["sockmap_ratio"]) == {"throughput_vs_asyncio", "throughput_vs_direct",
                                                 "paced_p99_vs_asyncio", "flood_p99_vs_asyncio",
-                                                "throughput_vs_best_peer", "paced_p99_vs_haproxy"}
+                                                "throughput_vs_best_peer", "paced_p99_vs_haproxy",
+                                                "throughput_vs_unframed"}
+        # the ceiling: sockmap with no framing at all, against the same best peer
+        assert set(result["unframed_ratio"]) == {"throughput_vs_best_peer"}
         assert result["best_peer"] in relay_bench.PEERS
     # one entry per engine and stream count, each figure a median of its rounds
     assert [(e["engine"], e["streams"]) for e in relay["engines"]] == [
@@ -103,6 +106,7 @@ def test_the_text_report(cli):
     assert proc.returncode == 0, proc.stderr
     assert "1. TCP relay on loopback" in proc.stdout
     assert "sockmap/asyncio" in proc.stdout
+    assert "sockmap/sockmap_unframed" in proc.stdout
     assert "target frames/s through the sockmap relay against the asyncio relay, 1 stream" \
         in proc.stdout
     assert "zl_sk_parser" in proc.stdout  # the profile
@@ -123,6 +127,8 @@ def test_missing_peers_are_skipped_with_a_note(tmp_path):
                                           "relay cannot be built",
                                 "socat": "socat is not installed",
                                 "haproxy": "haproxy is not installed"}
-    assert set(relay["results"]["1"]["ways"]) == {"sockmap", "asyncio", "direct"}
+    assert set(relay["results"]["1"]["ways"]) == {"sockmap", "sockmap_unframed", "asyncio",
+                                                  "direct"}
+    assert relay["results"]["1"]["unframed_ratio"] == {}
     assert relay["results"]["1"]["best_peer"] is None
     assert "skipped socat: socat is not installed" in proc.stderr

@@ -2,6 +2,10 @@
 relays and their peers, side by side in one run, on loopback:
 - sockmap: zerolayer's in-kernel relay (sockhash + stream parser), which
   cuts whole frames and counts malformed streams;
+- sockmap_unframed: the same sockhash with a verdict alone, no parser:
+  segments redirected as they came, nothing framed or counted. Not a relay
+  anyone should run; it is the ceiling of any program on this kernel path,
+  so the figures say how much is framing and how much is sockmap itself;
 - asyncio: zerolayer's userspace reference relay, same rules;
 - splice, socat, haproxy: relays that know nothing of frames
   (pyxdp/bench/relay_peers.py); one that cannot run here is skipped with a
@@ -43,7 +47,7 @@ from pyxdp.bench.figures import figure
 from pyxdp.bench.relay_load import FRAME_LEN, generator_main, raise_fd_limit, receiver_main
 from pyxdp.kernel import bpfsys
 
-ENGINES = ("sockmap", "asyncio", "splice", "socat", "haproxy", "direct")
+ENGINES = ("sockmap", "sockmap_unframed", "asyncio", "splice", "socat", "haproxy", "direct")
 PEERS = relay_peers.PEERS
 # The stream counts the targets against the peers are set for.
 PEER_TARGET_STREAMS = ("1", "64")
@@ -160,7 +164,7 @@ def _one(engine: str, streams: int, phase: str, plan: Plan, address: str, worker
     else:
         result["errors"] = [f"{engine}: {e}" for e in result["errors"]]
     cpu = {name: round(_cpu_s(pid) - cpu0[name], 3) for name, pid in pids.items()}
-    if engine == "sockmap":
+    if engine.startswith("sockmap"):
         cpu["relay"] = round(own1 - own0, 3)  # its control plane; the kernel's work is not in it
     cpu["host_busy"] = round((busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]), 3)
     result["cpu_s"] = cpu
@@ -174,6 +178,7 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
     (see the module doc). Needs root (the sockmap relay) and loopback."""
     import multiprocessing
 
+    from pyxdp.relay.datapath import RelayDataPath
     from pyxdp.relay.sockmap_relay import Relay, serve_in_thread
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a process holding bcc and threads
@@ -194,15 +199,20 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
             progress(f"skipped {name}: {note}")
         for name, peer in peers.items():
             addresses[name], pids[name] = peer.address, peer.proc.pid
-        engines = [e for e in ENGINES if e in addresses or e == "sockmap"]
-        progress("compiling and loading the sockmap relay")
+        engines = [e for e in ENGINES if e in addresses or e.startswith("sockmap")]
+        progress("compiling and loading the sockmap relay, framed and unframed")
         # The flood outruns any relay: its backlog must not count as a slow reader.
         relay = Relay("127.0.0.1:0", upstream, max_pairs=max(plan.streams),
                       max_backlog=2 * plan.flood_frames * FRAME_LEN)
+        unframed_path = RelayDataPath(max_socks=2 * max(plan.streams), framing=False)
+        unframed = Relay("127.0.0.1:0", upstream, max_pairs=max(plan.streams),
+                         max_backlog=2 * plan.flood_frames * FRAME_LEN, datapath=unframed_path)
         try:
             thread = serve_in_thread(relay)
+            unframed_thread = serve_in_thread(unframed)
             try:
                 addresses["sockmap"] = relay.address
+                addresses["sockmap_unframed"] = unframed.address
                 for r in range(plan.rounds):
                     for streams in plan.streams:
                         for phase in ("flood", "paced"):
@@ -220,10 +230,13 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
                     profile[str(streams)] = _profile(relay, streams, plan, workers)
                 relay_stats = relay.stats()
             finally:
-                relay.stop()
-                thread.join(10)
+                for r_, t in ((relay, thread), (unframed, unframed_thread)):
+                    r_.stop()
+                    t.join(10)
         finally:
             relay.close()
+            unframed.close()
+            unframed_path.close()
     finally:
         for peer in peers.values():
             peer.stop()
@@ -286,7 +299,7 @@ def _summarize(runs: list[dict], plan: Plan, engines: list[str]) -> dict:
             }
         peers = [e for e in PEERS if e in by]
         best = max(peers, key=lambda e: by[e]["frames_per_s"]["median"]) if peers else None
-        ratios = {}
+        ratios, ceiling = {}, {}
         if "sockmap" in by:
             for other, key, phase, name in [
                     ("asyncio", "frames_per_s", "flood", "throughput_vs_asyncio"),
@@ -294,15 +307,20 @@ def _summarize(runs: list[dict], plan: Plan, engines: list[str]) -> dict:
                     ("asyncio", "p99", "paced", "paced_p99_vs_asyncio"),
                     ("asyncio", "p99", "flood", "flood_p99_vs_asyncio"),
                     (best, "frames_per_s", "flood", "throughput_vs_best_peer"),
-                    ("haproxy", "p99", "paced", "paced_p99_vs_haproxy")]:
+                    ("haproxy", "p99", "paced", "paced_p99_vs_haproxy"),
+                    ("sockmap_unframed", "frames_per_s", "flood", "throughput_vs_unframed")]:
                 if other in by:
                     ratios[name] = figure(_per_round(runs, streams, phase, key, other))
-        out[str(streams)] = {"ways": by, "sockmap_ratio": ratios, "best_peer": best}
+        if "sockmap_unframed" in by and best:
+            ceiling["throughput_vs_best_peer"] = figure(_per_round(
+                runs, streams, "flood", "frames_per_s", best, way="sockmap_unframed"))
+        out[str(streams)] = {"ways": by, "sockmap_ratio": ratios, "unframed_ratio": ceiling,
+                             "best_peer": best}
     return out
 
 
-def _per_round(runs, streams, phase, key, other) -> list[float]:
-    """sockmap's KEY over OTHER's, within each round."""
+def _per_round(runs, streams, phase, key, other, way="sockmap") -> list[float]:
+    """WAY's KEY over OTHER's, within each round."""
     def value(r):
         return r["frames_per_s"] if key == "frames_per_s" else r["latency_us"][key]
 
@@ -310,8 +328,8 @@ def _per_round(runs, streams, phase, key, other) -> list[float]:
     for rnd in sorted({r["round"] for r in runs}):
         pick = {r["way"]: r for r in runs if r["round"] == rnd and r["streams"] == streams
                 and r["phase"] == phase and r["latency_us"]}
-        if "sockmap" in pick and other in pick and value(pick[other]):
-            out.append(value(pick["sockmap"]) / value(pick[other]))
+        if way in pick and other in pick and value(pick[other]):
+            out.append(value(pick[way]) / value(pick[other]))
     return out or [0.0]
 
 

@@ -179,13 +179,18 @@ def _relay(r: dict) -> str:
         for key, other, column in [("throughput_vs_asyncio", "asyncio", "tput"),
                                    ("paced_p99_vs_asyncio", "asyncio", "p99"),
                                    ("throughput_vs_best_peer", result.get("best_peer"), "tput"),
-                                   ("paced_p99_vs_haproxy", "haproxy", "p99")]:
+                                   ("paced_p99_vs_haproxy", "haproxy", "p99"),
+                                   ("throughput_vs_unframed", "sockmap_unframed", "tput")]:
             if key in ratio:
                 against.setdefault(other, {})[column] = ratio[key]
         for other, cols in against.items():
             rows.append([f"sockmap/{other}",
                          *(_fig(cols["tput"], "{:.2f}x") if "tput" in cols else ["", "", ""]),
                          "", "", f"{cols['p99']['median']:.2f}x" if "p99" in cols else ""])
+        ceiling = result.get("unframed_ratio", {}).get("throughput_vs_best_peer")
+        if ceiling:
+            rows.append([f"sockmap_unframed/{result['best_peer']}",
+                         *_fig(ceiling, "{:.2f}x"), "", "", ""])
         out += [f"{streams} stream{'s' if streams != '1' else ''}:",
                 table(["ENGINE", "FRAMES/S", "MIN", "MAX", "FLOOD P99", "PACED P50",
                        "PACED P99"], rows)]

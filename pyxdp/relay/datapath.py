@@ -30,6 +30,12 @@ from pyxdp.xdp import compiler
 RELAY_SOURCE = "sk_relay.c"
 PARSER = "zl_sk_parser"
 VERDICT = "zl_sk_verdict"
+# The bench's ceiling (bpf/sk_relay.c): a verdict alone, no parser, no framing.
+UNFRAMED_VERDICT = "zl_sk_verdict_unframed"
+# What is attached to the sockhash, in load order.
+FRAMED_PROGRAMS = ((PARSER, bpfsys.BPF_SK_SKB_STREAM_PARSER),
+                   (VERDICT, bpfsys.BPF_SK_SKB_STREAM_VERDICT))
+UNFRAMED_PROGRAMS = ((UNFRAMED_VERDICT, bpfsys.BPF_SK_SKB_STREAM_VERDICT),)
 RELAY_MAPS = {"counters": "zl_sk_counters", "config": "zl_sk_config", "conns": "zl_sk_conns"}
 
 # bpf/zl_sk_structs.h (struct zl_sk_counters is schema.LAYOUT): change both together.
@@ -82,25 +88,31 @@ class ConnState:
 
 class RelayDataPath:
     """The loaded programs and maps of one relay. Pair sockets with pair(),
-    undo with unpair(); close() when done."""
+    undo with unpair(); close() when done.
 
-    def __init__(self, *, max_socks: int = 4096, max_length: int = frames.DEFAULT_MAX_LENGTH):
+    framing=False loads UNFRAMED_PROGRAMS instead of the parser and verdict:
+    segments are relayed as they come, nothing is judged or counted. Only
+    the bench uses it, to measure what sockmap itself costs (§8)."""
+
+    def __init__(self, *, max_socks: int = 4096, max_length: int = frames.DEFAULT_MAX_LENGTH,
+                 framing: bool = True):
         require_bpf_admin("zerolayer relay")
         self.socks_fd = bpfsys.map_create(bpfsys.BPF_MAP_TYPE_SOCKHASH, COOKIE.size, COOKIE.size,
                                           max_socks, "zl_sk_socks")
         self._attached: list[tuple[int, int]] = []
         self._loaded = None
         try:
+            programs = FRAMED_PROGRAMS if framing else UNFRAMED_PROGRAMS
             self._loaded = compiler.load(
-                RELAY_SOURCE, PARSER, also=(VERDICT,), prog_type=bpfsys.BPF_PROG_TYPE_SK_SKB,
+                RELAY_SOURCE, programs[0][0], also=tuple(name for name, _ in programs[1:]),
+                prog_type=bpfsys.BPF_PROG_TYPE_SK_SKB,
                 maps=RELAY_MAPS,
                 cflags=(*compiler.define_flags(schema.c_defines()),
                         f"-DZL_SK_SOCKS_FD={self.socks_fd}", f"-DZL_SK_MAX_SOCKS={max_socks}"),
             )
             self._maps = self._loaded.map_fds
             self.set_max_length(max_length)
-            for prog, attach_type in ((PARSER, bpfsys.BPF_SK_SKB_STREAM_PARSER),
-                                      (VERDICT, bpfsys.BPF_SK_SKB_STREAM_VERDICT)):
+            for prog, attach_type in programs:
                 fd = self._loaded.prog_fds[prog]
                 bpfsys.prog_attach(self.socks_fd, fd, attach_type)
                 self._attached.append((fd, attach_type))
