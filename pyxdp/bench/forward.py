@@ -53,7 +53,7 @@ def measure(*, rounds: int, settle_s: float, window_s: float, chunk: int) -> dic
     generator sent and the router and the receiver counted."""
     sink, floor = CountProgram("drop"), PassProgram()
     try:
-        with RoutedLab() as lab:
+        with RoutedLab(ipv6=False) as lab:  # nothing crosses it but the load
             ns_rtr, ns_rcv = lab.router_in.netns, lab.receiver.netns
             # The namespace goes with the lab, and the sink with it.
             netlink.set_program(netlink.query(lab.receiver.ifname, ns_rcv).ifindex,

@@ -15,6 +15,9 @@ them (ARP, neighbour discovery) the first time it forwards there.
 rcv0 has GRO on, so that it takes frames redirected to it by XDP on the
 router (a veth accepts them only with NAPI running on its peer: an XDP
 program or GRO); `receiver_gro=False` leaves it off, as a default veth is.
+`ipv6=False` turns IPv6 off in all three namespaces: then nothing but what
+is sent on purpose crosses the lab (no neighbour discovery or multicast
+listener reports), and a counter of every packet counts exactly that.
 
 Names carry the creating pid and a random tag, as in pyxdp/lab/veth_lab.py,
 whose sweep removes what a killed run left.
@@ -58,8 +61,9 @@ class RoutedLab:
     RECEIVER_MAC = "02:7a:02:00:00:02"
 
     def __init__(self, *, learn_receiver: bool = False, receiver_gro: bool = True,
-                 egress_mtu: int = 1500):
+                 egress_mtu: int = 1500, ipv6: bool = True):
         tag = new_tag()
+        self.ipv6 = ipv6
         self.learn_receiver = learn_receiver
         self.receiver_gro = receiver_gro
         self.egress_mtu = egress_mtu
@@ -98,6 +102,8 @@ class RoutedLab:
             with netns.entered(name):
                 for scope in ("all", "default"):
                     write_sysctl(f"net/ipv6/conf/{scope}/accept_dad", "0")
+                    if not self.ipv6:
+                        write_sysctl(f"net/ipv6/conf/{scope}/disable_ipv6", "1")
         with netns.entered(self.router_in.netns):
             for version in ("ipv4", "ipv6"):
                 for scope in ("all", "default"):
@@ -134,8 +140,7 @@ class RoutedLab:
         finally:
             os.close(b_fd)
 
-    @staticmethod
-    def _link_up(end: LabEnd, mtu: int) -> None:
+    def _link_up(self, end: LabEnd, mtu: int) -> None:
         from pyroute2 import IPRoute
 
         with netns.entered(end.netns), IPRoute() as ipr:
@@ -143,24 +148,24 @@ class RoutedLab:
             idx = ipr.link_lookup(ifname=end.ifname)[0]
             ipr.link("set", index=idx, mtu=mtu)
             ipr.addr("add", index=idx, address=end.ipv4, prefixlen=24)
-            ipr.addr("add", index=idx, address=end.ipv6, prefixlen=64, flags=IFA_F_NODAD)
+            if self.ipv6:
+                ipr.addr("add", index=idx, address=end.ipv6, prefixlen=64, flags=IFA_F_NODAD)
             ipr.link("set", index=idx, state="up")
 
-    @staticmethod
-    def _route(end: LabEnd, *, via: LabEnd, to: LabEnd) -> None:
+    def _route(self, end: LabEnd, *, via: LabEnd, to: LabEnd) -> None:
         from pyroute2 import IPRoute
 
         with netns.entered(end.netns), IPRoute() as ipr:
             ipr.route("add", dst=to.ipv4.rsplit(".", 1)[0] + ".0/24", gateway=via.ipv4)
-            ipr.route("add", dst=to.ipv6.rsplit(":", 1)[0] + ":/64", gateway=via.ipv6)
+            if self.ipv6:
+                ipr.route("add", dst=to.ipv6.rsplit(":", 1)[0] + ":/64", gateway=via.ipv6)
 
-    @staticmethod
-    def _neighbour(end: LabEnd, other: LabEnd) -> None:
+    def _neighbour(self, end: LabEnd, other: LabEnd) -> None:
         from pyroute2 import IPRoute
 
         with netns.entered(end.netns), IPRoute() as ipr:
             idx = ipr.link_lookup(ifname=end.ifname)[0]
-            for address in (other.ipv4, other.ipv6):
+            for address in (other.ipv4, other.ipv6) if self.ipv6 else (other.ipv4,):
                 ipr.neigh("add", dst=address, lladdr=other.mac, ifindex=idx, state="permanent")
 
     def teardown(self) -> None:
