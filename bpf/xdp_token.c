@@ -1,6 +1,7 @@
 /* zerolayer's XDP program: judge token datagrams at the driver, count them,
- * and hand valid ones to the AF_XDP socket of their rx queue. Verdicts and
- * counters are those of docs/spec.md sections 2 and 3. */
+ * and hand valid ones to the AF_XDP socket of their rx queue, or, with
+ * forwarding on, route those for another host out of another interface.
+ * Verdicts and counters are those of docs/spec.md sections 2 and 3. */
 #include <uapi/linux/bpf.h>
 
 #include "zl_consts.h"
@@ -9,8 +10,10 @@
 #include "zl_parse.h"
 #include "zl_frames.h"
 #include "zl_flows.h"
+#include "zl_forward.h"
 
-static __always_inline int zl_malformed(struct zl_counters *c, __u32 reason)
+static __always_inline int zl_malformed(struct xdp_md *ctx, struct zl_counters *c,
+					__u32 reason)
 {
 	__u32 zero = 0;
 	struct zl_config *cfg;
@@ -18,7 +21,8 @@ static __always_inline int zl_malformed(struct zl_counters *c, __u32 reason)
 	if (reason >= ZL_SHORT_HEADER && reason <= ZL_REASONS)
 		c->malformed[reason - 1]++;
 	cfg = zl_config.lookup(&zero);
-	if (cfg && cfg->on_malformed == ZL_MALFORMED_PASS) {
+	if (cfg && cfg->on_malformed == ZL_MALFORMED_PASS &&
+	    !((cfg->flags & ZL_CONFIG_FORWARD) && zl_routed_on(ctx))) {
 		c->malformed_passed++;
 		return XDP_PASS;
 	}
@@ -90,7 +94,7 @@ int zerolayer_xdp(struct xdp_md *ctx)
 	struct zl_config *cfg;
 	struct zl_walk walk;
 	__u32 zero = 0;
-	int kind, queue, action;
+	int kind, queue, action, reason;
 
 	kind = zl_classify(ctx, &walk);
 	/* Looked up only now: held across the walk, the pointer took a
@@ -106,7 +110,7 @@ int zerolayer_xdp(struct xdp_md *ctx)
 	if (kind != ZL_L4_UDP)
 		goto other;
 	if (walk.reason != ZL_VALID)
-		return zl_malformed(c, walk.reason);
+		return zl_malformed(ctx, c, walk.reason);
 
 	c->token_datagrams++;
 	zl_add_frames(c->frames, walk.type_counts);
@@ -115,6 +119,16 @@ int zerolayer_xdp(struct xdp_md *ctx)
 	cfg = zl_config.lookup(&zero);
 	if (cfg && (cfg->flags & ZL_CONFIG_FLOWS))
 		zl_track_flow(ctx, &walk);
+	if (cfg && (cfg->flags & ZL_CONFIG_FORWARD)) {
+		reason = zl_forward(ctx);
+		if (reason == ZL_VALID) {
+			c->forwarded++;
+			return XDP_REDIRECT;
+		}
+		/* Not forwarded: the normal verdict below, and why. */
+		if (reason >= ZL_FWD_NO_NEIGHBOUR && reason <= ZL_FWD_REASONS)
+			c->forward[reason - 1]++;
+	}
 
 	/* Most queues have no socket: look first (an inlined lookup) before
 	 * calling the redirect helper, whose flags argument is the action

@@ -6,10 +6,12 @@
 #define zl_htons(x) ((__u16)__builtin_bswap16(x))
 #define zl_ntohs(x) ((__u16)__builtin_bswap16(x))
 #define zl_ntohl(x) ((__u32)__builtin_bswap32(x))
+#define zl_htonl(x) ((__u32)__builtin_bswap32(x))
 #else
 #define zl_htons(x) ((__u16)(x))
 #define zl_ntohs(x) ((__u16)(x))
 #define zl_ntohl(x) ((__u32)(x))
+#define zl_htonl(x) ((__u32)(x))
 #endif
 
 #endif

@@ -5,6 +5,7 @@
  *
  * From the loader (pyxdp.xdp.compiler.shared_defines), as zl_consts.h says:
  *   ZL_CONFIG_FLOWS  the zl_config.flags bit that turns per-flow tracking on
+ *   ZL_CONFIG_FORWARD  the bit that turns XDP forwarding on (zl_forward.h)
  *   ZL_GAP_BUCKETS   token gaps are counted in log2 microsecond buckets:
  *                    bucket 0 holds gaps under 1 us, bucket k (1..20) holds
  *                    [2^(k-1), 2^k) us, the last holds 2^20 us (1.05 s)
@@ -16,8 +17,9 @@
 
 #include "zl_consts.h"
 
-#if !defined(ZL_CONFIG_FLOWS) || !defined(ZL_GAP_BUCKETS)
-#error "ZL_CONFIG_FLOWS and ZL_GAP_BUCKETS are defined by the loader (docs/spec.md section 7.2)"
+#if !defined(ZL_CONFIG_FLOWS) || !defined(ZL_CONFIG_FORWARD) || !defined(ZL_GAP_BUCKETS) || \
+	!defined(ZL_FWD_REASONS)
+#error "ZL_CONFIG_FLOWS, ZL_CONFIG_FORWARD, ZL_GAP_BUCKETS and ZL_FWD_REASONS are defined by the loader (docs/spec.md section 7.2)"
 #endif
 
 /* One per CPU; userspace sums them. Every field only ever grows. */
@@ -33,13 +35,16 @@ struct zl_counters {
 	__u64 malformed[ZL_REASONS]; /* by reason - 1 (zl_consts.h) */
 	__u64 malformed_dropped;
 	__u64 malformed_passed;
+	__u64 forwarded;        /* token datagrams routed out of an egress interface */
+	__u64 forward[ZL_FWD_REASONS]; /* not forwarded, by reason - 1 (zl_forward.h) */
 };
 
-/* zl_config.flags (ZL_CONFIG_FLOWS). Every bit's zero is the default, so a
- * fresh map and one pinned before the flags existed (the field was
- * reserved, zero) agree. Per-flow tracking is opt-in: it reads the clock and
- * updates a hash per token datagram, several times what parsing the
- * datagram costs. */
+/* zl_config.flags (ZL_CONFIG_FLOWS, ZL_CONFIG_FORWARD). Every bit's zero is
+ * the default, so a fresh map and one pinned before the flags existed (the
+ * field was reserved, zero) agree. Per-flow tracking is opt-in: it reads the
+ * clock and updates a hash per token datagram, several times what parsing
+ * the datagram costs. Forwarding is opt-in: it turns a host into a router
+ * for token datagrams. */
 struct zl_config {
 	__u32 on_malformed; /* ZL_MALFORMED_DROP or ZL_MALFORMED_PASS */
 	__u32 flags;        /* ZL_CONFIG_* */

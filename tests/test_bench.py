@@ -1,6 +1,6 @@
-"""`zerolayer bench` on a real lab: the default run (sections parser, xdp
-and delivery), and the parser and xdp sections alone, each through the CLI
-with --quick and produces every key. No assertion here is about speed: the
+"""`zerolayer bench` on a real lab: the default run (sections parser, xdp,
+delivery and forward), and the parser, xdp and forward sections alone, each
+through the CLI with --quick and produces every key. No assertion here is about speed: the
 numbers belong to the benchmark, not to the tests."""
 
 import pytest
@@ -13,9 +13,13 @@ pytestmark = pytest.mark.root
 PARSER_KEYS = ["parser_ns", "pass_floor_ns", "parser_ratio", "parser_method"]
 XDP_KEYS = ["xdp_mode", "xdp_load", "zerolayer_dps", "pass_counter_dps", "xdp_ratio",
             "generator_pps", "generator_sent", "seen_by_dut"]
+FORWARD_KEYS = ["forward_mode", "forward_load", "xdp_forward_dps", "kernel_forward_dps",
+                "kernel_judged_forward_dps", "forward_ratio", "forward_judged_ratio",
+                "forward_generator_pps", "forward_generator_sent", "forward_received",
+                "forward_router_forwarded"]
 # docs/spec.md §5.9, in order
-DEFAULT_KEYS = ["machine", "quick", *PARSER_KEYS, *XDP_KEYS, *DELIVERY_KEYS, "targets",
-                "duration_s"]
+DEFAULT_KEYS = ["machine", "quick", *PARSER_KEYS, *XDP_KEYS, *DELIVERY_KEYS, *FORWARD_KEYS,
+                "targets", "duration_s"]
 
 
 def check_parser(report: dict, rounds: int) -> None:
@@ -33,6 +37,17 @@ def check_xdp(report: dict, rounds: int) -> None:
     assert report["xdp_mode"] == "native"
     assert 0 < report["seen_by_dut"] <= report["generator_sent"]
     assert report["zerolayer_dps"]["median"] > 0 and report["pass_counter_dps"]["median"] > 0
+
+
+def check_forward(report: dict, rounds: int) -> None:
+    for key in FORWARD_KEYS[2:7]:
+        assert_figure(report[key], rounds)
+    assert report["forward_mode"] == "native"
+    # not speed: that every way carried traffic, and that XDP really forwarded
+    for key in ("xdp_forward_dps", "kernel_forward_dps", "kernel_judged_forward_dps"):
+        assert report[key]["median"] > 0, key
+    assert 0 < report["forward_router_forwarded"] <= report["forward_received"]
+    assert report["forward_received"] <= report["forward_generator_sent"]
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +71,10 @@ def test_the_default_run_produces_every_key_in_order(quick_run):
     assert report["xsk_fps"]["median"] > 0 and report["udp_fps"]["median"] > 0
     assert report["delivery_last_round"]["frames_offered"] == report["delivery_frames_offered"]
     assert {"kernel", "cpus", "arch"} <= set(report["machine"])
+    check_forward(report, bench.QUICK.forward_rounds)
     assert [t["key"] for t in report["targets"]] == [
         "parser_ratio.4", "xdp_ratio", "delivery_touch_ratio", "delivery_touch_ratio",
-        "xsk_touch_vs_c_ratio"]
+        "xsk_touch_vs_c_ratio", "forward_ratio", "forward_ratio"]
     assert all(isinstance(t["met"], bool) for t in report["targets"])
     # progress went to stderr, so stdout is one JSON document
     assert "parser cost" in progress and "TCP relay" not in progress
@@ -84,6 +100,15 @@ def test_the_xdp_section_alone():
     check_xdp(report, 1)
     assert [t["key"] for t in report["targets"]] == ["xdp_ratio"]
     assert "XDP_PASS floor" not in progress and "parser cost" not in progress
+
+
+def test_the_forward_section_alone(cli):
+    report, progress = bench_json("--section", "forward", "--quick", "--rounds", "1")
+    assert list(report) == ["machine", "quick", *FORWARD_KEYS, "targets", "duration_s"]
+    check_forward(report, 1)
+    assert [(t["key"], t["kind"]) for t in report["targets"]] == [
+        ("forward_ratio", "target"), ("forward_ratio", "goal")]
+    assert "forwarding through a router" in progress and "parser cost" not in progress
 
 
 def test_the_text_report_numbers_the_sections_run(cli):

@@ -12,6 +12,7 @@ import pytest
 
 from bench_helpers import usage_error
 from cli_runner import ZEROLAYER
+from pyxdp.bench import SECTIONS
 from pyxdp.bench import relay as relay_bench
 from pyxdp.bench import runner as bench
 from pyxdp.bench.figures import figure, figure_of
@@ -28,7 +29,7 @@ NOT_STARTED = ("compiling", "parser cost", "TCP relay")
      "--relay-frames goes with --section relay"),
     (["--section", "relay", "--delivery-frames", "5000"],
      "--delivery-frames goes with --section delivery"),
-    (["--section", "nosuch"], "'nosuch' is not one of 'parser', 'xdp', 'delivery', 'relay'"),
+    (["--section", "nosuch"], "'nosuch' is not one of " + ", ".join(f"'{s}'" for s in SECTIONS)),
     (["--section", "relay", "--relay-streams", "0"], "0 is not in the range"),
     (["--rounds", "0"], "0 is not in the range"),
 ])

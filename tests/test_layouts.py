@@ -23,18 +23,19 @@ from pathlib import Path
 import pytest
 
 import pyxdp
+from pyxdp.kernel import bpfsys
 from pyxdp.lab import generator
 from pyxdp.proto import counters
 from pyxdp.relay import datapath, schema
 from pyxdp.relay.datapath import RelayDataPath
-from pyxdp.xdp import compiler, maps, pins
+from pyxdp.xdp import compiler, egress, maps, pins
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
 MAX_SOCKS = 64  # the relay's, for this test
 
 # Set by the loader per load, not shared constants.
-PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS"}
+PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_EGRESS_FD"}
 
 
 def _bpf(text: str, *extra: str):
@@ -49,16 +50,18 @@ def programs():
     """bcc's view of the programs with shared structs, compiled and loaded as
     the product does."""
     loaded = {
-        "token": compiler.load(*compiler.TOKEN_PROGRAM, maps=compiler.TOKEN_MAPS),
+        "token": compiler.load_token(),
         "generator": generator.load_program(),
     }
+    egress_fd = loaded["token"].map_fds[egress.PIN]
     relay = RelayDataPath(max_socks=MAX_SOCKS)
     # struct xdp_md is a program's context, in no map: declare one for bcc.
     kernel = _bpf("#include <uapi/linux/bpf.h>\n"
                   "BPF_ARRAY(zl_test_xdp_md, struct xdp_md, 1);\n")
     try:
         yield {**{name: lo.bpf for name, lo in loaded.items()},
-               "relay": relay._loaded.bpf, "kernel": kernel}
+               "relay": relay._loaded.bpf, "kernel": kernel,
+               "token_fd": loaded["token"].prog_fd, "egress_fd": egress_fd}
     finally:
         kernel.cleanup()
         relay.close()
@@ -118,7 +121,7 @@ def test_every_layout_is_compared():
 def test_token_map_specs(programs):
     """The pin names, and the key and value sizes and entries pyxdp.xdp.maps
     checks pinned maps against, are the program's."""
-    assert set(compiler.TOKEN_MAPS) == set(pins.MAPS) == set(maps.SPECS)
+    assert set(compiler.TOKEN_MAPS) | {egress.PIN} == set(pins.MAPS) == set(maps.SPECS)
     for pin, var in compiler.TOKEN_MAPS.items():
         table = programs["token"][var.encode()]
         spec = maps.SPECS[pin]
@@ -126,6 +129,17 @@ def test_token_map_specs(programs):
         assert ctypes.sizeof(_element(table.Leaf)) == spec.value_size, pin
         if spec.max_entries is not None:
             assert table.max_entries == spec.max_entries, pin
+
+
+def test_the_egress_map_is_the_programs(programs):
+    """The devmap Python makes (bcc cannot declare it) is the one the
+    program uses, with the spec pinned maps are checked against."""
+    info = bpfsys.map_info(programs["egress_fd"])
+    spec = maps.SPECS[egress.PIN]
+    assert info.type == egress.BPF_MAP_TYPE_DEVMAP_HASH
+    assert (info.key_size, info.value_size, info.max_entries) == (
+        spec.key_size, spec.value_size, spec.max_entries)
+    assert info.id in bpfsys.prog_info(programs["token_fd"]).map_ids
 
 
 def test_scalar_keys_and_values(programs):
@@ -195,7 +209,7 @@ def test_the_c_sees_the_python_values():
                     for i, name in enumerate(shared))
     # with the per-load names too, for the headers that need them
     b = _bpf(text, *compiler.define_flags(schema.c_defines() | generator.c_defines()),
-             "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2")
+             "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2", "-DZL_EGRESS_FD=-1")
     try:
         seen = {name: b[f"zl_test_{i}".encode()].max_entries - 1
                 for i, name in enumerate(shared)}

@@ -5,7 +5,7 @@ a kernel that rejects any names it here."""
 
 import pytest
 
-from pyxdp.bench.xdp_path import COUNT_MAPS, COUNT_PROGRAM
+from pyxdp.bench.xdp_path import CountProgram
 from pyxdp.lab import generator
 from pyxdp.relay.datapath import RelayDataPath
 from pyxdp.xdp import compiler, testrun
@@ -15,10 +15,10 @@ pytestmark = [pytest.mark.root, pytest.mark.kernel]
 # name -> a loader whose result has close(), with the product's own program
 # names, maps and compile flags.
 PROGRAMS = {
-    "xdp_token.c (the parser)": lambda: compiler.load(*compiler.TOKEN_PROGRAM,
-                                                      maps=compiler.TOKEN_MAPS),
+    "xdp_token.c (the parser)": compiler.load_token,
     "xdp_tx.c (the generator)": lambda: generator.load_program(),
-    "xdp_count.c (bench floor)": lambda: compiler.load(*COUNT_PROGRAM, maps=COUNT_MAPS),
+    "xdp_count.c (bench floor)": CountProgram,
+    "xdp_count.c (forwarding bench sink)": lambda: CountProgram("drop"),
     "xdp_pass.c (bench floor)": lambda: compiler.load(*testrun.PASS_PROGRAM),
     "sk_relay.c (the TCP relay)": RelayDataPath,
 }

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from pyxdp.kernel import bpfsys
 from pyxdp.lab import generator, traffic
 from pyxdp.proto import frames
 from pyxdp.xdp import netlink, pins
@@ -34,6 +35,7 @@ def test_auto_mode_on_veth_is_native_and_reported(cli, lab, record_property):
     assert result["program_id"] == xdp_state(lab).prog_id
     assert result["ports"] == [frames.DEFAULT_PORT] and result["on_malformed"] == "drop"
     assert result["flow_tracking"] is False, "per-flow tracking is opt-in"
+    assert result["forwarding"] is False and result["forward_notes"] == [], "so is forwarding"
     assert os.path.isdir(pins.pin_dir(lab.dut.ifname, lab.dut.netns))
 
 
@@ -122,13 +124,24 @@ def test_upgrade_in_place_never_leaves_the_interface_bare(cli, lab):
 
 
 def test_upgrade_keeps_runtime_config_unless_given(cli, lab):
-    attach(cli, lab, "--port", "10000", "--port", "9977", "--on-malformed", "pass", "--flows", "on")
+    first = attach(cli, lab, "--port", "10000", "--port", "9977", "--on-malformed", "pass",
+                   "--flows", "on", "--forward", "on")
+    egress_id = _pinned_map_id(first["pin_dir"], "egress")
     kept = attach(cli, lab)
     assert kept["ports"] == [9977, 10000] and kept["on_malformed"] == "pass"
-    assert kept["flow_tracking"] is True
-    changed = attach(cli, lab, "--port", "7000", "--flows", "off")
+    assert kept["flow_tracking"] is True and kept["forwarding"] is True
+    assert _pinned_map_id(first["pin_dir"], "egress") == egress_id, "the egress map was made anew"
+    changed = attach(cli, lab, "--port", "7000", "--flows", "off", "--forward", "off")
     assert changed["ports"] == [7000] and changed["on_malformed"] == "pass"
-    assert changed["flow_tracking"] is False
+    assert changed["flow_tracking"] is False and changed["forwarding"] is False
+
+
+def _pinned_map_id(pin_dir: str, name: str) -> int:
+    fd = bpfsys.obj_get(os.path.join(pin_dir, name))
+    try:
+        return bpfsys.map_info(fd).id
+    finally:
+        os.close(fd)
 
 
 def test_mode_change_on_upgrade_is_refused(cli, lab):
@@ -194,7 +207,8 @@ def test_config_changes_ports_without_reloading(cli, lab):
     assert proc.returncode == 0
     assert json.loads(proc.stdout) | {"netns": None} == {
         "interface": lab.dut.ifname, "netns": None, "ports": [10000], "on_malformed": "drop",
-        "flow_tracking": True}
+        "flow_tracking": True, "forwarding": False, "egress": [lab.dut.ifname],
+        "forward_notes": []}
     assert xdp_state(lab).prog_id == first["program_id"]
     pkt = traffic.udp_packet(lab, frames.encode(frames.FrameType.TOKEN, "x"), sport=1, dport=10000)
     traffic.send(lab, [pkt])

@@ -91,6 +91,16 @@ def _delivery_panel(ax, report):
     ax.legend(fontsize=7)
 
 
+def _forward_panel(ax, report):
+    _bar(ax, 0, report["xdp_forward_dps"], ZEROLAYER, None, 1e6)
+    _bar(ax, 1, report["kernel_forward_dps"], FLOOR, None, 1e6)
+    _bar(ax, 2, report["kernel_judged_forward_dps"], FLOOR, None, 1e6)
+    ax.set_xticks([0, 1, 2], ["XDP forwarding", "kernel", "kernel behind\nthe judge"])
+    ax.set_title(f"Forwarding through a router ({report['forward_mode']}), M datagrams/s",
+                 fontsize=10)
+    _ratio_note(ax, report, "forward_ratio", "XDP / kernel: ")
+
+
 def _relay_panel(ax, report):
     results = report["relay"]["results"]
     counts = [n for n in results if {"sockmap", "asyncio"} <= results[n]["ways"].keys()]
@@ -116,7 +126,8 @@ def _relay_panel(ax, report):
 
 # Each section's panel, and the key of the report that says the section ran.
 PANELS = [("parser_ns", _parser_panel), ("zerolayer_dps", _xdp_panel),
-          ("xsk_fps", _delivery_panel), ("relay", _relay_panel)]
+          ("xsk_fps", _delivery_panel), ("xdp_forward_dps", _forward_panel),
+          ("relay", _relay_panel)]
 
 
 def write(report: dict, path: str) -> None:

@@ -11,13 +11,16 @@ against its floor side by side, in sections run one after the other.
   frames lost, pyxdp's AF_XDP socket against a UDP socket at three tiers of
   work per frame (count, touch, act), and against a C consumer on libxdp at
   the touch tier.
+- forward (pyxdp.bench.forward): XDP forwarding, datagrams/s through a
+  router (three namespaces) with zerolayer forwarding against the kernel's
+  own IP forwarding, under the same generator load.
 - relay (pyxdp.bench.relay): the TCP relay, frames/s and frame latency
   through the sockmap relay against the asyncio relay and a direct
   connection, on loopback.
 
 The first three share one veth lab, built for the run, with zerolayer
-attached to its dut0; the relay needs none. Without a choice, the first
-three run. Every figure is the median of several rounds, with the min and
+attached to its dut0; forward builds a routed lab of its own; the relay
+needs none. Without a choice, all but the relay run. Every figure is the median of several rounds, with the min and
 the max; ratios are taken within a round, then their median. Quick mode
 (for CI) runs each section with fewer and shorter rounds: it produces every
 key, and its numbers are not meant to be quoted.
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 from pyxdp.bench import DEFAULT_SECTIONS, SECTIONS, TIERS, delivery_keys
 from pyxdp.bench import delivery as bench_delivery
+from pyxdp.bench import forward as bench_forward
 from pyxdp.bench import parser as bench_parser
 from pyxdp.bench import relay as bench_relay
 from pyxdp.bench import xdp_path as bench_xdp
@@ -56,17 +60,18 @@ class Plan:
     xdp_chunk: int
     delivery_rounds: int
     delivery_frames: int
+    forward_rounds: int
     relay: bench_relay.Plan
     quick: bool
 
 
 FULL = Plan(parser_rounds=5, parser_repeats=bench_parser.REPEATS, xdp_rounds=10,
             xdp_settle_s=0.05, xdp_window_s=0.3, xdp_chunk=bench_xdp.CHUNK,
-            delivery_rounds=5, delivery_frames=bench_delivery.FRAMES,
+            delivery_rounds=5, delivery_frames=bench_delivery.FRAMES, forward_rounds=10,
             relay=bench_relay.FULL, quick=False)
 QUICK = Plan(parser_rounds=2, parser_repeats=bench_parser.QUICK_REPEATS, xdp_rounds=2,
              xdp_settle_s=0.02, xdp_window_s=0.1, xdp_chunk=bench_xdp.QUICK_CHUNK,
-             delivery_rounds=2, delivery_frames=bench_delivery.QUICK_FRAMES,
+             delivery_rounds=2, delivery_frames=bench_delivery.QUICK_FRAMES, forward_rounds=2,
              relay=bench_relay.QUICK, quick=True)
 
 
@@ -85,7 +90,7 @@ def plan(quick: bool = False, *, rounds: int | None = None,
         relay = dataclasses.replace(relay, flood_frames=relay_frames)
     if rounds is not None:
         base = dataclasses.replace(base, parser_rounds=rounds, xdp_rounds=rounds,
-                                   delivery_rounds=rounds)
+                                   delivery_rounds=rounds, forward_rounds=rounds)
         relay = dataclasses.replace(relay, rounds=rounds)
     if delivery_frames is not None:
         base = dataclasses.replace(base, delivery_frames=delivery_frames)
@@ -102,6 +107,7 @@ class Target:
 
 
 DELIVERY = "delivery into Python, every frame touched, AF_XDP against a UDP socket"
+FORWARDING = "forwarding through a router on veth, XDP against the kernel's IP forwarding"
 TARGETS = [
     Target("parser cost at 4 frames/datagram, against the XDP_PASS floor", "parser_ratio.4",
            "<=", 2.0),
@@ -111,6 +117,8 @@ TARGETS = [
     Target(DELIVERY, "delivery_touch_ratio", ">=", 3.0, "goal"),
     Target("delivery into Python, every frame touched, pyxdp against a C consumer on libxdp",
            "xsk_touch_vs_c_ratio", ">=", 0.8),
+    Target(FORWARDING, "forward_ratio", ">=", 2.0),
+    Target(FORWARDING, "forward_ratio", ">=", 3.0, "goal"),
 ]
 
 
@@ -151,6 +159,8 @@ def run(sections: Collection[str] = DEFAULT_SECTIONS, plan: Plan = FULL,
     report: dict = {"machine": machine(), "quick": plan.quick}
     if any(s in sections for s in LAB_SECTIONS):
         _lab_sections(report, sections, plan, progress)
+    if "forward" in sections:
+        report.update(_forward(plan, progress))
     if "relay" in sections:
         r = plan.relay
         progress(f"TCP relay: {r.rounds} round{'s' if r.rounds > 1 else ''} of "
@@ -257,6 +267,28 @@ def _delivery(plan: Plan, lab, gen: generator.LiveGenerator, progress: Progress)
     report["c_touch_lost"] = figure(lost["c_touch"]) if has_c else None
     report["delivery_last_round"] = d["last_round"]
     return report
+
+
+def _forward(plan: Plan, progress: Progress) -> dict:
+    progress(f"forwarding through a router: {plan.forward_rounds} rounds of three "
+             f"{plan.xdp_window_s} s windows (XDP, kernel, kernel behind zerolayer's judge), "
+             "generator flat out")
+    lab_mod.sweep_stale()
+    f = bench_forward.measure(rounds=plan.forward_rounds, settle_s=plan.xdp_settle_s,
+                              window_s=plan.xdp_window_s, chunk=plan.xdp_chunk)
+    return {
+        "forward_mode": f["mode"],
+        "forward_load": bench_forward.LOAD,
+        "xdp_forward_dps": figure(f["xdp_dps"]),
+        "kernel_forward_dps": figure(f["kernel_dps"]),
+        "kernel_judged_forward_dps": figure(f["kernel_judged_dps"]),
+        "forward_ratio": figure(f["ratio"]),
+        "forward_judged_ratio": figure(f["judged_ratio"]),
+        "forward_generator_pps": round(f["generator_pps"], 1),
+        "forward_generator_sent": f["generator_sent"],
+        "forward_received": f["received"],
+        "forward_router_forwarded": f["router_forwarded"],
+    }
 
 
 def targets(report: dict) -> list[dict]:

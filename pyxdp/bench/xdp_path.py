@@ -34,15 +34,16 @@ QUICK_CHUNK = 50_000
 TICK_S = 0.005  # how often a window samples its counter
 
 
-COUNT_PROGRAM = ("xdp_count.c", "xdp_count_pass")
+COUNT_SOURCE = "xdp_count.c"
 COUNT_MAPS = {"count": "zl_count"}
 
 
 class CountProgram:
-    """bpf/xdp_count.c: counts every packet and passes it."""
+    """bpf/xdp_count.c: counts every packet and passes it (or, as
+    VERDICT="drop", drops it)."""
 
-    def __init__(self):
-        self._loaded = compiler.load(*COUNT_PROGRAM, maps=COUNT_MAPS)
+    def __init__(self, verdict: str = "pass"):
+        self._loaded = compiler.load(COUNT_SOURCE, f"xdp_count_{verdict}", maps=COUNT_MAPS)
         self.prog_fd = self._loaded.prog_fd
         self._map_fd = self._loaded.map_fds["count"]
 
@@ -53,8 +54,11 @@ class CountProgram:
             raise ZerolayerError("the count-and-pass program's counter map has no entry 0")
         return counters.from_percpu(raw, ncpus, fields=("packets",))["packets"]
 
+    def close(self) -> None:
+        self._loaded.close()
 
-def _pump(gen, mix, chunk: int) -> Callable[[threading.Event], int]:
+
+def pump(gen, mix, chunk: int) -> Callable[[threading.Event], int]:
     """The generator flat out, chunk after chunk, until stopped: a load for
     LoadThread that returns the frames it sent."""
     def load(stop: threading.Event) -> int:
@@ -65,7 +69,7 @@ def _pump(gen, mix, chunk: int) -> Callable[[threading.Event], int]:
     return load
 
 
-def _flowing_rate(count, window_s: float) -> float:
+def flowing_rate(count, window_s: float) -> float:
     """Counted per second while traffic flowed, over WINDOW_S: the counter
     is sampled every TICK_S and ticks where it did not move are left out.
     Between two generator calls the kernel waits tens of ms for RCU and
@@ -113,16 +117,16 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
     cpus = sorted(os.sched_getaffinity(0))
     try:
         # The generator, and with it dut0's receive work, stays on one CPU.
-        with LoadThread("the generator thread", _pump(gen, mix, chunk),
-                        cpu=cpus[0] if len(cpus) > 1 else None) as pump:
+        with LoadThread("the generator thread", pump(gen, mix, chunk),
+                        cpu=cpus[0] if len(cpus) > 1 else None) as load:
             for r in range(rounds):
                 rates = {}
                 for name in (names if r % 2 == 0 else names[::-1]):  # neither always first
                     swap_to(name)
                     count = contenders[name][1]
                     time.sleep(settle_s)
-                    rates[name] = _flowing_rate(count, window_s)
-                    pump.check()  # a window without load is no measurement
+                    rates[name] = flowing_rate(count, window_s)
+                    load.check()  # a window without load is no measurement
                 out["zerolayer_dps"].append(rates["zerolayer"])
                 out["pass_counter_dps"].append(rates["pass_counter"])
                 out["ratio"].append(rates["zerolayer"] / rates["pass_counter"]
@@ -132,6 +136,6 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
     # One program was attached at any moment (swaps are atomic), so together
     # they saw every frame that reached dut0.
     seen = sum(count() - before[name] for name, (_, count) in contenders.items())
-    sent = pump.result or 0  # None only if the load failed, which raised above
-    return {**out, "mode": MODE, "generator_pps": sent / pump.elapsed_s,
+    sent = load.result or 0  # None only if the load failed, which raised above
+    return {**out, "mode": MODE, "generator_pps": sent / load.elapsed_s,
             "generator_sent": sent, "seen_by_dut": seen}

@@ -47,7 +47,8 @@ def _check_writable(path: str) -> None:
 def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, relay_streams,
           relay_frames):
     """Measure zerolayer against its floors, side by side: on a veth lab it
-    builds itself (sections parser, xdp, delivery) and on loopback (relay)."""
+    builds itself (sections parser, xdp, delivery), on a routed lab of three
+    namespaces (forward) and on loopback (relay)."""
     sections = sections or DEFAULT_SECTIONS
     for given, option, section in [(delivery_frames is not None, "--delivery-frames", "delivery"),
                                    (relay_streams, "--relay-streams", "relay"),
@@ -161,6 +162,23 @@ def _delivery(r: dict) -> str:
     return "\n".join(out)
 
 
+def _forward(r: dict) -> str:
+    return "\n".join([
+        f"Forwarding through a router on veth, {r['forward_mode']} mode, datagrams/s counted "
+        f"at the receiver ({r['forward_load']})",
+        table(["ROUTER", "MEDIAN", "MIN", "MAX"], [
+            ["zerolayer XDP forwarding", *_fig(r["xdp_forward_dps"], "{:,.0f}")],
+            ["kernel IP forwarding", *_fig(r["kernel_forward_dps"], "{:,.0f}")],
+            ["kernel, behind zerolayer's judge", *_fig(r["kernel_judged_forward_dps"],
+                                                       "{:,.0f}")],
+            ["XDP / kernel", *_fig(r["forward_ratio"], "{:.2f}x")],
+            ["XDP / kernel behind the judge", *_fig(r["forward_judged_ratio"], "{:.2f}x")],
+        ]),
+        f"generator: {r['forward_generator_pps']:,.0f} frames/s flat out; the receiver counted "
+        f"{number(r['forward_received'])} of {number(r['forward_generator_sent'])} sent, "
+        f"{number(r['forward_router_forwarded'])} of them forwarded by XDP"])
+
+
 def _relay(r: dict) -> str:
     relay = r["relay"]
     load = relay["load"]
@@ -211,7 +229,7 @@ def _relay(r: dict) -> str:
 
 # Each section's text, and the key of the report that says the section ran.
 RENDERERS = [("parser_ns", _parser), ("zerolayer_dps", _xdp), ("xsk_fps", _delivery),
-             ("relay", _relay)]
+             ("xdp_forward_dps", _forward), ("relay", _relay)]
 
 
 @click.command()

@@ -19,3 +19,10 @@ flows_option = click.option(
     help="Per-flow token cadence tracking (off by default: it costs a clock read and a "
          "hash update per token datagram).",
 )
+
+forward_option = click.option(
+    "--forward", type=click.Choice(["on", "off"]), default=None,
+    help="Route valid token datagrams for other hosts inside XDP (bpf_fib_lookup, then "
+         "the egress devmap); off by default. Needs forwarding on in the kernel "
+         "(net.ipv4.conf.IFACE.forwarding).",
+)

@@ -2,7 +2,7 @@
 
 import click
 
-from pyxdp.cli.options import flows_option, json_option, netns_option
+from pyxdp.cli.options import flows_option, forward_option, json_option, netns_option
 from pyxdp.cli.render import counters_table, emit_json, table
 from pyxdp.human import number
 
@@ -20,26 +20,32 @@ def _on(value: str | None) -> bool | None:
 @click.option("--on-malformed", type=click.Choice(["drop", "pass"]), default=None,
               help="What to do with malformed datagrams (default drop).")
 @flows_option
+@forward_option
 @click.option("--replace", is_flag=True, help="Replace an XDP program another tool attached.")
 @netns_option()
 @json_option()
-def attach(iface, mode, ports, on_malformed, flows, replace, netns, as_json):
+def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_json):
     """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
     from pyxdp.xdp import loader
 
     result = loader.attach(iface, mode=mode, ports=list(ports) or None,
-                           on_malformed=on_malformed, flows=_on(flows), replace=replace,
-                           netns=netns)
+                           on_malformed=on_malformed, flows=_on(flows), forward=_on(forward),
+                           replace=replace, netns=netns)
     if as_json:
         emit_json(result.to_json())
         return
     click.echo(
         f"{result.action} {iface}: {result.mode} mode, program id {result.program_id}, "
         f"ports {','.join(map(str, result.ports))}, malformed datagrams: {result.on_malformed}, "
-        f"flow tracking {'on' if result.flow_tracking else 'off'}"
+        f"flow tracking {'on' if result.flow_tracking else 'off'}, "
+        f"{_forwarding(result.forwarding, result.egress)}"
     )
-    if result.note:
-        click.echo(f"note: {result.note}")
+    for line in ([result.note] if result.note else []) + result.forward_notes:
+        click.echo(f"note: {line}")
+
+
+def _forwarding(on: bool, egress: list[str]) -> str:
+    return f"forwarding on (egress: {', '.join(egress) or 'none'})" if on else "forwarding off"
 
 
 @click.command()
@@ -76,11 +82,12 @@ def status(iface, netns, as_json):
     for r in rows:
         ports = ",".join(map(str, r["ports"])) if r.get("ports") else None
         owner = r["owner"] or ("stale pins" if r["stale_pins"] else None)
-        flows = {True: "on", False: "off"}.get(r.get("flow_tracking"))
+        onoff = {True: "on", False: "off"}
         out.append([r["interface"], r["mode"], r["program_name"], r["program_id"],
-                    owner, ports, r.get("on_malformed"), flows])
+                    owner, ports, r.get("on_malformed"), onoff.get(r.get("flow_tracking")),
+                    onoff.get(r.get("forwarding"))])
     click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PORTS", "MALFORMED",
-                      "FLOWS"], out))
+                      "FLOWS", "FORWARD"], out))
 
 
 @click.command()
@@ -126,6 +133,7 @@ def stats(iface, watch, show_flows, top, netns, as_json):
                     f"{number(sum(r['frames'].values()))} frames/s  "
                     f"{number(sum(r['malformed'].values()))} malformed/s  "
                     f"{number(r['redirected'])} redirected/s  "
+                    f"{number(r['forwarded'])} forwarded/s  "
                     f"{number(r['fallback_passed'])} fallback/s  "
                     f"{number(r['other'])} other/s"
                 )
@@ -163,20 +171,24 @@ def _print_flows(iface, netns, top, as_json) -> None:
               help="Make the token port set exactly these (repeat).")
 @click.option("--on-malformed", type=click.Choice(["drop", "pass"]), default=None)
 @flows_option
+@forward_option
 @netns_option()
 @json_option()
-def config(iface, ports, on_malformed, flows, netns, as_json):
+def config(iface, ports, on_malformed, flows, forward, netns, as_json):
     """Show or change the running configuration of IFACE, without reloading."""
     from pyxdp.xdp import live_config
 
     cfg = live_config.update(iface, netns, ports=list(ports) or None,
-                                on_malformed=on_malformed, flows=_on(flows))
+                             on_malformed=on_malformed, flows=_on(flows), forward=_on(forward))
     if as_json:
         emit_json(cfg)
         return
     click.echo(f"{iface}: ports {','.join(map(str, cfg['ports']))}, "
                f"malformed datagrams: {cfg['on_malformed']}, "
-               f"flow tracking {'on' if cfg['flow_tracking'] else 'off'}")
+               f"flow tracking {'on' if cfg['flow_tracking'] else 'off'}, "
+               f"{_forwarding(cfg['forwarding'], cfg['egress'])}")
+    for line in cfg["forward_notes"]:
+        click.echo(f"note: {line}")
 
 
 COMMANDS = [attach, detach, status, stats, config]

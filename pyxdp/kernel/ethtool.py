@@ -1,4 +1,5 @@
-"""The rx queues a driver runs, from ethtool's channels (SIOCETHTOOL).
+"""What zerolayer asks a driver through SIOCETHTOOL: the rx queues it runs
+(ethtool's channels) and whether GRO is on.
 
 A device allocates its queues once (IFLA_NUM_RX_QUEUES) and runs as many of
 them as its channels say (`ethtool -l`). The two differ on a default veth
@@ -15,6 +16,9 @@ import struct
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GCHANNELS = 0x3C
+ETHTOOL_GGRO = 0x2B
+ETHTOOL_SGRO = 0x2C
+_VALUE = struct.Struct("=II")  # struct ethtool_value: cmd, data
 # struct ethtool_channels: cmd, then max_rx/tx/other/combined, then
 # rx/tx/other/combined counts.
 _CHANNELS = struct.Struct("=9I")
@@ -26,11 +30,32 @@ def rx_queues_in_use(ifname: str, allocated: int) -> int:
     the interface's network namespace. A driver that reports no channels
     (lo, some virtual devices) runs every queue it ALLOCATED."""
     channels = ctypes.create_string_buffer(_CHANNELS.pack(ETHTOOL_GCHANNELS, *(0,) * 8))
-    ifreq = struct.pack("16sQ16x", ifname.encode(), ctypes.addressof(channels))
+    if not _ask(ifname, channels):  # EOPNOTSUPP: no channels to report
+        return allocated
+    counts = _CHANNELS.unpack_from(channels.raw)
+    return counts[_RX_COUNT] + counts[_COMBINED_COUNT] or allocated
+
+
+def gro_enabled(ifname: str) -> bool:
+    """Whether GRO is on for IFNAME (`ethtool -k`'s generic-receive-offload),
+    in the calling thread's network namespace."""
+    value = ctypes.create_string_buffer(_VALUE.pack(ETHTOOL_GGRO, 0))
+    return _ask(ifname, value) and bool(_VALUE.unpack_from(value.raw)[1])
+
+
+def set_gro(ifname: str, on: bool) -> None:
+    """`ethtool -K IFNAME gro on|off`, in the calling thread's namespace."""
+    value = ctypes.create_string_buffer(_VALUE.pack(ETHTOOL_SGRO, int(on)))
+    if not _ask(ifname, value):
+        raise OSError(f"cannot set GRO {'on' if on else 'off'} on {ifname}")
+
+
+def _ask(ifname: str, request: ctypes.Array) -> bool:
+    """One SIOCETHTOOL REQUEST (filled in place); False if the driver has no answer."""
+    ifreq = struct.pack("16sQ16x", ifname.encode(), ctypes.addressof(request))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         try:
             fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifreq)
-        except OSError:  # EOPNOTSUPP: no channels to report
-            return allocated
-    counts = _CHANNELS.unpack_from(channels.raw)
-    return counts[_RX_COUNT] + counts[_COMBINED_COUNT] or allocated
+        except OSError:
+            return False
+    return True

@@ -85,10 +85,16 @@ MIX_SLOTS = 1000  # mixes given as shares resolve to 0.1%
 
 @dataclass(frozen=True)
 class Mix:
-    """Templates and the schedule that interleaves them (indexes, cycled)."""
+    """Templates and the schedule that interleaves them (indexes, cycled).
+    One template is sent as the frame already holds it, unless REWRITE:
+    then, as with several, it is written over every frame. That costs a copy
+    a frame, and is needed when something downstream changes frames in place
+    (XDP forwarding decrements the TTL in the very page the generator
+    recycles, so an unrestored frame would age one hop a round trip)."""
 
     templates: tuple[bytes, ...]
     schedule: tuple[int, ...]
+    rewrite: bool = False
 
     def __post_init__(self):
         if not 1 <= len(self.templates) <= MAX_TEMPLATES:
@@ -106,11 +112,16 @@ class Mix:
                 )
 
     @classmethod
-    def single(cls, packet: bytes) -> "Mix":
-        return cls((bytes(packet),), (0,))
+    def single(cls, packet: bytes, rewrite: bool = False) -> "Mix":
+        return cls((bytes(packet),), (0,), rewrite)
+
+    @property
+    def rewritten(self) -> bool:
+        """Whether the program writes a template over every frame."""
+        return self.rewrite or len(self.templates) > 1
 
     @classmethod
-    def weighted(cls, weighted_templates) -> "Mix":
+    def weighted(cls, weighted_templates, rewrite: bool = False) -> "Mix":
         """[(packet, weight)] with integer weights: the schedule is one cycle
         of sum(weights) slots, each template spread evenly over it (smooth
         weighted round robin)."""
@@ -120,7 +131,7 @@ class Mix:
             raise ZerolayerError(
                 f"weights must be positive integers summing to at most {MAX_SLOTS}")
         if len(templates) == 1:
-            return cls.single(templates[0])
+            return cls.single(templates[0], rewrite)
         total, current, schedule = sum(weights), [0] * len(weights), []
         for _ in range(total):
             for i, w in enumerate(weights):
@@ -157,11 +168,11 @@ def token_payload(frames_per_datagram: int, payload_size: int) -> bytes:
 
 def token_mix(route, *, frames_per_datagram: int = 4, payload_sizes=(16,),
               port: int = frames.DEFAULT_PORT, malformed: float = 0.0, other: float = 0.0,
-              sport: int = 40000) -> Mix:
+              sport: int = 40000, rewrite: bool = False) -> Mix:
     """Token datagrams from ROUTE's peer to its dut (a Lab, or anything with
     .peer and .dut endpoints), one template per payload size; MALFORMED of
     them (a share, 0-1) cycle through the four malformed reasons, and OTHER
-    are UDP datagrams to a port that is not a token port."""
+    are UDP datagrams to a port that is not a token port. REWRITE: as Mix."""
     if not 1 <= frames_per_datagram <= frames.MAX_FRAMES:
         raise ZerolayerError(f"frames per datagram must be 1-{frames.MAX_FRAMES}")
     sizes = sorted(set(payload_sizes))
@@ -182,7 +193,7 @@ def token_mix(route, *, frames_per_datagram: int = 4, payload_sizes=(16,),
     return Mix.weighted([
         (bytes(traffic.udp_packet(route, payload, sport=sport, dport=dport)), w)
         for (payload, dport, _), w in zip(parts, weights)
-    ])
+    ], rewrite)
 
 
 def _apportion(shares: list[float], slots: int) -> list[int]:
@@ -293,12 +304,12 @@ class LiveGenerator:
                     f"({self.max_len - LINK_L2_OVERHEAD})"
                 )
         if mix != self._mix:
-            if len(mix.templates) > 1:
+            if mix.rewritten:
                 for i, t in enumerate(mix.templates):
                     bpfsys.map_update(self._maps["templates"], INDEX.pack(i),
                                       TEMPLATE.pack(len(t), t))
                 for pos, index in enumerate(mix.schedule):
                     bpfsys.map_update(self._maps["schedule"], INDEX.pack(pos), INDEX.pack(index))
             self._mix = mix
-        slots = len(mix.schedule) if len(mix.templates) > 1 else 0
+        slots = len(mix.schedule) if mix.rewritten else 0
         bpfsys.map_update(self._maps["state"], INDEX.pack(0), STATE.pack(slots, 0, 0, 0))

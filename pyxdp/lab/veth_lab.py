@@ -44,20 +44,20 @@ class LabEnd(Endpoint):
     ipv6: str
 
 
-def _write_sysctl(key: str, value: str) -> None:
+def write_sysctl(key: str, value: str) -> None:
     """Write /proc/sys/KEY as seen from this thread's network namespace."""
     with open(f"/proc/sys/{key}", "w") as f:
         f.write(value)
 
 
-def _new_tag() -> str:
+def new_tag() -> str:
     return f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def unique_netns_name(role: str) -> str:
     """A namespace name for this run (ROLE: lowercase letters and digits),
     which sweep_stale() removes once this process is gone."""
-    return f"{_new_tag()}-{role}"
+    return f"{new_tag()}-{role}"
 
 
 class Lab:
@@ -71,7 +71,7 @@ class Lab:
         """RX_QUEUES: the queues each end allocates and runs; None leaves
         it to the kernel, as `ip link add ... type veth` does (a queue per
         possible CPU allocated, one running)."""
-        self.tag = _new_tag()
+        self.tag = new_tag()
         self.rx_queues = rx_queues
         self.mtu = mtu
         self.dut = LabEnd(f"{self.tag}-dut", "dut0", self.DUT_MAC, "198.18.0.1", "fd00:7a1::1")
@@ -95,7 +95,7 @@ class Lab:
         netns.create(self.peer.netns)
         with netns.entered(self.peer.netns):
             for scope in ("all", "default"):
-                _write_sysctl(f"net/ipv6/conf/{scope}/disable_ipv6", "1")
+                write_sysctl(f"net/ipv6/conf/{scope}/disable_ipv6", "1")
         peer_fd = os.open(netns.path(self.peer.netns), os.O_RDONLY)
         try:
             queues = {} if self.rx_queues is None else {

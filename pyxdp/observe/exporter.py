@@ -195,9 +195,13 @@ class ZerolayerCollector:
                                        "Token datagrams passed to the kernel: no AF_XDP socket on their queue"),
             "malformed_dropped": counter("malformed_dropped", "Malformed datagrams dropped"),
             "malformed_passed": counter("malformed_passed", "Malformed datagrams passed (policy pass)"),
+            "forwarded": counter("forwarded", "Token datagrams routed out of an egress interface "
+                                              "by XDP forwarding"),
         }
         frames = counter("frames", "Frames in token datagrams, by type", ["type"])
         malformed = counter("malformed", "Malformed datagrams, by the first reason met", ["reason"])
+        not_forwarded = counter("not_forwarded", "Token datagrams XDP forwarding left to the "
+                                                 "normal verdict, by reason", ["reason"])
         gaps = HistogramMetricFamily(
             "zerolayer_token_gap_seconds",
             "Time between consecutive TOKEN frames of a flow, all flows of the interface "
@@ -219,12 +223,14 @@ class ZerolayerCollector:
                 frames.add_metric(lab + [label], o.counters[f"frames.{label}"])
             for reason in counters.REASONS:
                 malformed.add_metric(lab + [reason], o.counters[f"malformed.{reason}"])
+            for reason in counters.FORWARD_REASONS:
+                not_forwarded.add_metric(lab + [reason], o.counters[f"forward.{reason}"])
             gaps.add_metric(lab, _cumulative_buckets(o.gap_hist), o.gap_sum_ns / 1e9)
             tracking.add_metric(lab, 1 if o.flow_tracking else 0)
             nflows.add_metric(lab, len(o.flows))
             capacity.add_metric(lab, o.flows_capacity)
 
-        yield from (attached, info, *plain.values(), frames, malformed, gaps, tracking,
+        yield from (attached, info, *plain.values(), frames, malformed, not_forwarded, gaps, tracking,
                     nflows, capacity)
         yield from self._xsk_families(seen)
         yield GaugeMetricFamily("zerolayer_exporter_skipped_interfaces",

@@ -15,6 +15,10 @@ FRAME_LABELS = tuple(t.label for t in FRAME_TYPES)  # by type value: request..po
 # (ZL_SHORT_HEADER = 1...: pyxdp.xdp.compiler.shared_defines) and counts
 # reason N at malformed[N - 1].
 REASONS = ("short_header", "truncated", "unknown_type", "too_many_frames")
+# Why a token datagram was not forwarded, with forwarding on (docs/spec.md
+# §2.1). Numbered from 1 in this order in the C too (ZL_FWD_NO_NEIGHBOUR =
+# 1...), counted at forward[N - 1].
+FORWARD_REASONS = ("no_neighbour", "local", "ttl", "too_big", "not_forwardable")
 
 # struct zl_counters (bpf/zl_structs.h): change both together.
 LAYOUT = Layout(
@@ -30,9 +34,11 @@ LAYOUT = Layout(
     ("malformed", f"{len(REASONS)}Q"),
     ("malformed_dropped", "Q"),
     ("malformed_passed", "Q"),
+    ("forwarded", "Q"),
+    ("forward", f"{len(FORWARD_REASONS)}Q"),
 )
 # Its counters in order, flat: "frames.token", "malformed.truncated".
-FIELDS = LAYOUT.value_names(frames=FRAME_LABELS, malformed=REASONS)
+FIELDS = LAYOUT.value_names(frames=FRAME_LABELS, malformed=REASONS, forward=FORWARD_REASONS)
 
 
 def zero() -> dict[str, int]:

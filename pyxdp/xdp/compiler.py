@@ -23,11 +23,13 @@ from pyxdp.bpf import SOURCE_DIR
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.proto import counters, ethernet, frames, judge
+from pyxdp.xdp import egress
 from pyxdp.xdp import maps as token_maps
 
 TOKEN_PROGRAM = ("xdp_token.c", "zerolayer_xdp")
 
-# Map variables in bpf/zl_maps.h, by their pin names.
+# Map variables in bpf/zl_maps.h, by their pin names; the token program's
+# egress devmap is made by pyxdp.xdp.egress, not by bcc (load_token).
 TOKEN_MAPS = {"counters": "zl_counters", "config": "zl_config", "ports": "zl_ports", "xsks": "zl_xsks",
               "flows": "zl_flows", "gaps": "zl_gaps"}
 
@@ -55,9 +57,13 @@ def shared_defines() -> dict[str, int]:
     d["ZL_VALID"] = 0
     d.update({f"ZL_{r.upper()}": n for n, r in enumerate(counters.REASONS, 1)})
     d["ZL_REASONS"] = len(counters.REASONS)
+    # why a token datagram was not forwarded, numbered from 1 (forward[reason - 1])
+    d.update({f"ZL_FWD_{r.upper()}": n for n, r in enumerate(counters.FORWARD_REASONS, 1)})
+    d["ZL_FWD_REASONS"] = len(counters.FORWARD_REASONS)
     # zl_config
     d.update({f"ZL_MALFORMED_{p.upper()}": n for n, p in enumerate(token_maps.POLICIES)})
     d["ZL_CONFIG_FLOWS"] = token_maps.CONFIG_FLOWS
+    d["ZL_CONFIG_FORWARD"] = token_maps.CONFIG_FORWARD
     d["ZL_GAP_BUCKETS"] = token_maps.GAP_BUCKETS
     # map sizes
     d["ZL_PORT_SLOTS"] = token_maps.PORT_SLOTS
@@ -155,9 +161,30 @@ class Loaded:
     map_fds: dict[str, int] = field(default_factory=dict)
     # every loaded function's fd, FUNCTION's and ALSO's
     prog_fds: dict[str, int] = field(default_factory=dict)
+    # fds of maps made outside bcc, closed with it
+    own_fds: list[int] = field(default_factory=list)
 
     def close(self) -> None:
         self.bpf.cleanup()
+        for fd in self.own_fds:
+            os.close(fd)
+        self.own_fds = []
+
+
+def load_token(pin_dir: str | None = None) -> Loaded:
+    """zerolayer's XDP program with all its maps: those bcc declares (pinned
+    in PIN_DIR, or private without it) and the egress devmap, which
+    pyxdp.xdp.egress makes and the C takes as ZL_EGRESS_FD."""
+    fd = egress.open_map(pin_dir)
+    try:
+        loaded = load(*TOKEN_PROGRAM, pin_dir=pin_dir, maps=TOKEN_MAPS,
+                      cflags=(f"-DZL_EGRESS_FD={fd}",))
+    except BaseException:
+        os.close(fd)
+        raise
+    loaded.map_fds[egress.PIN] = fd
+    loaded.own_fds.append(fd)
+    return loaded
 
 
 def load(source: str, function: str, *, pin_dir: str | None = None,

@@ -1,15 +1,18 @@
-"""Change a running zerolayer's token ports and malformed policy by writing
-its pinned config maps: no recompile, no reattach, no gap."""
+"""Change a running zerolayer's token ports, malformed policy, flow tracking
+and forwarding by writing its pinned maps: no recompile, no reattach, no gap."""
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel.privileges import preflight
-from pyxdp.xdp import ownership
+from pyxdp.xdp import egress, ownership
 from pyxdp.xdp.maps import POLICIES, ZerolayerMaps
 
 
 def update(ifname: str, netns: str | None = None, *, ports=None,
-           on_malformed: str | None = None, flows: bool | None = None) -> dict:
-    """Apply what is given; return the configuration now in effect."""
+           on_malformed: str | None = None, flows: bool | None = None,
+           forward: bool | None = None) -> dict:
+    """Apply what is given; return the configuration now in effect. Turning
+    forwarding on fills the egress map anew first (interfaces made since the
+    attach become ways out), so no datagram meets a stale map."""
     preflight("zerolayer config")
     ins = ownership.require_ours(ifname, netns)
     if on_malformed is not None and on_malformed not in POLICIES:
@@ -21,5 +24,13 @@ def update(ifname: str, netns: str | None = None, *, ports=None,
             maps.set_on_malformed(on_malformed)
         if flows is not None:
             maps.set_flows_enabled(flows)
+        if forward:
+            egress.fill(maps["egress"].fd, netns)
+        if forward is not None:
+            maps.set_forward_enabled(forward)
+        forwarding = maps.forward_enabled()
+        ways_out = egress.names(maps["egress"].fd, netns)
         return {"interface": ifname, "netns": netns, "ports": maps.ports(),
-                "on_malformed": maps.on_malformed(), "flow_tracking": maps.flows_enabled()}
+                "on_malformed": maps.on_malformed(), "flow_tracking": maps.flows_enabled(),
+                "forwarding": forwarding, "egress": ways_out,
+                "forward_notes": egress.notes(ifname, netns, ways_out) if forwarding else []}

@@ -14,7 +14,7 @@ from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.kernel.privileges import preflight
 from pyxdp.proto import frames
-from pyxdp.xdp import compiler, netlink, ownership, pins
+from pyxdp.xdp import compiler, egress, netlink, ownership, pins
 from pyxdp.xdp.maps import POLICIES, ZerolayerMaps, check_ports
 
 MODES = ("auto", "native", "skb")
@@ -32,7 +32,10 @@ class AttachResult:
     ports: list[int]
     on_malformed: str
     flow_tracking: bool
+    forwarding: bool
+    egress: list[str]  # the interfaces forwarded datagrams may leave by
     note: str | None  # e.g. why native mode was not used
+    forward_notes: list[str]  # with forwarding on: what stops it, one line each
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -102,12 +105,13 @@ def _pin_program(prog_fd: int, pin_dir: str) -> None:
 
 
 def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | None = None,
-           flows: bool | None = None, replace: bool = False,
+           flows: bool | None = None, forward: bool | None = None, replace: bool = False,
            netns: str | None = None) -> AttachResult:
     """Attach zerolayer to IFNAME, or upgrade it in place if it runs there.
 
-    PORTS, ON_MALFORMED and FLOWS default to 9977, drop and off on a first
-    attach; on an upgrade, options not given keep their current values."""
+    PORTS, ON_MALFORMED, FLOWS and FORWARD default to 9977, drop, off and
+    off on a first attach; on an upgrade, options not given keep their
+    current values. The egress map is filled anew either way."""
     preflight("zerolayer attach")
     if mode not in MODES:
         raise ZerolayerError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
@@ -135,8 +139,7 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
     os.makedirs(ins.pin_dir, exist_ok=True)
     loaded = None
     try:
-        loaded = compiler.load(*compiler.TOKEN_PROGRAM, pin_dir=ins.pin_dir,
-                               maps=compiler.TOKEN_MAPS)
+        loaded = compiler.load_token(ins.pin_dir)
         with ZerolayerMaps.from_fds(loaded.map_fds) as maps:
             if fresh or on_malformed is not None:
                 maps.set_on_malformed(on_malformed or "drop")
@@ -144,10 +147,13 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
                 maps.set_ports(ports or [frames.DEFAULT_PORT])
             if fresh or flows is not None:
                 maps.set_flows_enabled(bool(flows))
+            egress_names = egress.fill(maps["egress"].fd, netns)
+            if fresh or forward is not None:
+                maps.set_forward_enabled(bool(forward))
             note = _attach(ifname, ins, loaded.prog_fd, modes, expected_fd)
             _pin_program(loaded.prog_fd, ins.pin_dir)
             final_ports, final_policy = maps.ports(), maps.on_malformed()
-            final_flows = maps.flows_enabled()
+            final_flows, final_forward = maps.flows_enabled(), maps.forward_enabled()
     except BaseException:
         if fresh:
             pins.remove_dir(ins.pin_dir)
@@ -163,7 +169,9 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
     return AttachResult(
         interface=ifname, netns=netns, action=action, mode=now.mode,
         requested_mode=mode, program_id=now.prog_id, pin_dir=ins.pin_dir,
-        ports=final_ports, on_malformed=final_policy, flow_tracking=final_flows, note=note,
+        ports=final_ports, on_malformed=final_policy, flow_tracking=final_flows,
+        forwarding=final_forward, egress=egress_names, note=note,
+        forward_notes=egress.notes(ifname, netns, egress_names) if final_forward else [],
     )
 
 

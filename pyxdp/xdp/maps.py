@@ -20,12 +20,14 @@ from pyxdp.xdp import pins
 
 POLICIES = ("drop", "pass")  # on_malformed: the index is the value (ZL_MALFORMED_*)
 CONFIG_FLOWS = 1 << 0  # ZL_CONFIG_FLOWS: per-flow tracking on (off by default)
+CONFIG_FORWARD = 1 << 1  # ZL_CONFIG_FORWARD: XDP forwarding on (off by default)
 # Token gaps in log2 microsecond buckets (ZL_GAP_BUCKETS, flows.gap_bucket).
 GAP_BUCKETS = 22
 # Map sizes (entries).
 PORT_SLOTS = 65536  # ZL_PORT_SLOTS: every UDP port
 XSKS_MAX = 256  # ZL_XSKS_MAX: rx queues 0-255 can have an AF_XDP socket
 FLOWS_MAX = 16384  # ZL_FLOWS_MAX: the flow table's capacity
+EGRESS_MAX = 256  # interfaces the egress devmap holds (pyxdp/xdp/egress.py)
 MAX_PORTS = 64
 
 CONFIG = Layout("zl_config", ("on_malformed", "I"), ("flags", "I"))
@@ -66,6 +68,7 @@ SPECS = {
     "xsks": MapSpec(4, 4, None),
     "flows": MapSpec(FLOW_KEY.size, FLOW.size, None),
     "gaps": MapSpec(4, GAP_HIST.size, 1),
+    "egress": MapSpec(4, 4, EGRESS_MAX),  # DEVMAP_HASH: ifindex -> ifindex
 }
 
 
@@ -179,8 +182,17 @@ class ZerolayerMaps:
         return bool(self._config()[1] & CONFIG_FLOWS)
 
     def set_flows_enabled(self, enabled: bool) -> None:
+        self._set_flag(CONFIG_FLOWS, enabled)
+
+    def forward_enabled(self) -> bool:
+        return bool(self._config()[1] & CONFIG_FORWARD)
+
+    def set_forward_enabled(self, enabled: bool) -> None:
+        self._set_flag(CONFIG_FORWARD, enabled)
+
+    def _set_flag(self, flag: int, enabled: bool) -> None:
         policy, flags = self._config()
-        flags = flags | CONFIG_FLOWS if enabled else flags & ~CONFIG_FLOWS
+        flags = flags | flag if enabled else flags & ~flag
         self["config"].update(0, CONFIG.pack(policy, flags))
 
     def ports(self) -> list[int]:

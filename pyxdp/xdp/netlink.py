@@ -9,6 +9,7 @@ program and never clobbers a program someone else attached meanwhile.
 import asyncio
 import errno
 import functools
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -40,6 +41,13 @@ class XdpState:
     prog_id: int | None
     rx_queues: int  # in use (ethtool's channels), not merely allocated
     mtu: int
+
+
+@dataclass(frozen=True)
+class VethPeer:
+    ifname: str | None  # None: in a namespace that has no name here
+    netns: str | None  # None: the namespace the caller runs in (or has no name)
+    xdp: bool  # an XDP program runs on it
 
 
 def _ipr():
@@ -104,6 +112,50 @@ def query(ifname: str, netns: str | None = None) -> XdpState:
 def query_all(netns: str | None = None) -> list[XdpState]:
     with netns_mod.entered(netns), _ipr() as ipr:
         return sorted((_state(m) for m in ipr.get_links()), key=lambda s: s.ifindex)
+
+
+@_off_event_loop
+def veth_peer(ifname: str, netns: str | None = None) -> VethPeer | None:
+    """The other end of veth IFNAME (in NETNS), or None if IFNAME is no veth.
+    A peer in another namespace is found among the named ones
+    (/run/netns) and the one of PID 1, by the id the kernel gives it."""
+    with netns_mod.entered(netns), _ipr() as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            return None
+        link = ipr.get_links(found[0])[0]
+        info = link.get_attr("IFLA_LINKINFO")
+        if info is None or info.get_attr("IFLA_INFO_KIND") != "veth":
+            return None
+        index, nsid = link.get_attr("IFLA_LINK"), link.get_attr("IFLA_LINK_NETNSID")
+        where: tuple[str | None] | None = (netns,) if nsid is None else _named_netns(ipr, nsid)
+    if where is None:
+        return VethPeer(None, None, False)
+    with netns_mod.entered(where[0]), _ipr() as ipr:
+        peer = ipr.get_links(index)[0]
+        return VethPeer(peer.get_attr("IFLA_IFNAME"), where[0],
+                        peer.get_attr("IFLA_XDP") is not None
+                        and bool(peer.get_attr("IFLA_XDP").get_attr("IFLA_XDP_PROG_ID")))
+
+
+def _named_netns(ipr, nsid: int) -> tuple[str | None] | None:
+    """(name,) of the namespace with NSID as IPR's namespace sees it: a
+    named one, or (None,) for PID 1's; None if neither."""
+    candidates: list[tuple[str | None, str]] = [(None, "/proc/1/ns/net")]
+    if os.path.isdir(netns_mod.NETNS_RUN_DIR):
+        candidates += [(n, netns_mod.path(n)) for n in sorted(os.listdir(netns_mod.NETNS_RUN_DIR))]
+    for name, path in candidates:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            got = ipr.get_netnsid(fd=fd)
+        finally:
+            os.close(fd)
+        if got and got.get("nsid") == nsid:
+            return (name,)
+    return None
 
 
 @_off_event_loop

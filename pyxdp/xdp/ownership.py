@@ -109,6 +109,7 @@ def describe(ins: Inspection) -> dict:
             out["ports"] = maps.ports()
             out["on_malformed"] = maps.on_malformed()
             out["flow_tracking"] = maps.flows_enabled()
+            out["forwarding"] = maps.forward_enabled()
     return out
 
 

@@ -4,7 +4,7 @@
   /sys/fs/bpf/zerolayer/ns:NETNS/IFACE/   an interface inside named netns NETNS
 
 ':' can never appear in an interface name, so the two cannot collide.
-Inside a pin dir: prog, counters, config, ports, xsks, flows, gaps.
+Inside a pin dir: prog, counters, config, ports, xsks, flows, gaps, egress.
 """
 
 import contextlib
@@ -18,7 +18,7 @@ NETNS_PREFIX = "ns:"
 
 PROG = "prog"
 PROG_STAGING = "prog_new"  # bpffs refuses '.' in names
-MAPS = ("counters", "config", "ports", "xsks", "flows", "gaps")
+MAPS = ("counters", "config", "ports", "xsks", "flows", "gaps", "egress")
 
 
 def _check_name(kind: str, name: str) -> str:

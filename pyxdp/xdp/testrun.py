@@ -41,7 +41,7 @@ class TokenProgram:
             self.prog_fd = bpfsys.obj_get(os.path.join(pin_dir, pins.PROG))
             self.maps = ZerolayerMaps.open_pinned(pin_dir)
             return
-        self._loaded = compiler.load(*compiler.TOKEN_PROGRAM, maps=compiler.TOKEN_MAPS)
+        self._loaded = compiler.load_token()
         self.prog_fd = self._loaded.prog_fd
         self.maps = ZerolayerMaps.from_fds(self._loaded.map_fds)
         self.configure(ports, on_malformed)
@@ -64,3 +64,6 @@ class PassProgram:
         self._loaded = compiler.load(*PASS_PROGRAM)
         self.prog_fd = self._loaded.prog_fd
 
+
+    def close(self) -> None:
+        self._loaded.close()

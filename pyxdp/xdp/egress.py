@@ -1,0 +1,130 @@
+"""The ways out for forwarded datagrams: the egress devmap, and what the
+kernel must allow before bpf_fib_lookup routes anything (docs/spec.md §2.1).
+
+The devmap is a DEVMAP_HASH keyed by ifindex, holding every interface of
+the namespace but loopback: the FIB picks the egress, the map only says
+which interfaces a redirect may use (one the program cannot find there is
+`not_forwardable`). bcc 0.26 can declare neither a devmap hash nor a pinned
+devmap, so it is made here with bpf(2), pinned as `egress` beside the other
+maps, and handed to the C as -DZL_EGRESS_FD, as the relay's sockhash is.
+It is filled at attach and by `config --forward on`; an interface made
+later is not in it until then, and one deleted leaves it by itself.
+
+What forwarding needs from the kernel and the egress devices is checked
+here and said in one line each, never changed behind the user's back:
+- the FIB routes only when forwarding is on for the ingress interface
+  (net.ipv4.conf.IFACE.forwarding, net.ipv6.conf.IFACE.forwarding), and
+  answers "forwarding disabled" otherwise;
+- a veth accepts redirected frames only when its peer runs NAPI: an XDP
+  program on the peer, or GRO on (Linux 5.13+). Without either the kernel
+  drops every frame redirected to it.
+"""
+
+import contextlib
+import os
+import struct
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
+from pyxdp.kernel import netns as netns_mod
+from pyxdp.kernel.ethtool import gro_enabled
+from pyxdp.xdp import netlink
+from pyxdp.xdp.maps import EGRESS_MAX, SPECS, BpfMap
+
+PIN = "egress"
+BPF_MAP_TYPE_DEVMAP_HASH = 25
+_IFINDEX = struct.Struct("=I")
+
+
+def open_map(pin_dir: str | None) -> int:
+    """The egress devmap's fd: the one pinned in PIN_DIR (an upgrade keeps
+    it), else a new one, pinned there when PIN_DIR is given (None: private,
+    for test runs). The caller closes the fd."""
+    path = os.path.join(pin_dir, PIN) if pin_dir else None
+    if path and os.path.exists(path):
+        fd = bpfsys.obj_get(path)
+        BpfMap(fd, PIN, owned=False).check(SPECS[PIN])
+        return fd
+    spec = SPECS[PIN]
+    fd = bpfsys.map_create(BPF_MAP_TYPE_DEVMAP_HASH, spec.key_size, spec.value_size,
+                           EGRESS_MAX, "zl_egress")
+    if path:
+        try:
+            bpfsys.obj_pin(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def fill(fd: int, netns: str | None) -> list[str]:
+    """Make the devmap hold exactly the namespace's interfaces but loopback;
+    return their names, by ifindex."""
+    links = [s for s in netlink.query_all(netns) if s.ifname != "lo"]
+    if len(links) > EGRESS_MAX:
+        raise ZerolayerError(f"{len(links)} interfaces: the egress map holds {EGRESS_MAX}")
+    wanted = {s.ifindex for s in links}
+    # The entries of another namespace are refused by the kernel: enter it.
+    with netns_mod.entered(netns):
+        for ifindex in sorted(wanted):
+            key = _IFINDEX.pack(ifindex)
+            bpfsys.map_update(fd, key, key)
+        for key in bpfsys.map_keys(fd, _IFINDEX.size):
+            if _IFINDEX.unpack(key)[0] not in wanted:
+                with contextlib.suppress(FileNotFoundError):
+                    bpfsys.map_delete(fd, key)
+    return [s.ifname for s in links]
+
+
+def names(fd: int, netns: str | None) -> list[str]:
+    """The interfaces in the devmap now, by ifindex."""
+    held = {_IFINDEX.unpack(k)[0] for k in bpfsys.map_keys(fd, _IFINDEX.size)}
+    return [s.ifname for s in netlink.query_all(netns) if s.ifindex in held]
+
+
+def notes(ifname: str, netns: str | None, egress: list[str]) -> list[str]:
+    """What stops forwarding from IFNAME out of EGRESS, one line each."""
+    out = []
+    off = [v for v in ("ipv4", "ipv6") if not _forwarding_on(v, ifname, netns)]
+    if off:
+        where = f" in netns {netns}" if netns else ""
+        keys = " and ".join(f"net.{v}.conf.{ifname}.forwarding" for v in off)
+        out.append(f"forwarding is off for {ifname}{where} ({keys} = 0): the kernel's FIB "
+                   f"routes nothing for it, so every token datagram counts as "
+                   f"not_forwardable; turn it on with sysctl (zerolayer leaves it alone)")
+    out += [line for name in egress if (line := _veth_note(name, netns))]
+    return out
+
+
+def _forwarding_on(version: str, ifname: str, netns: str | None) -> bool:
+    with netns_mod.entered(netns):
+        try:
+            with open(f"/proc/sys/net/{version}/conf/{ifname}/forwarding") as f:
+                return f.read().strip() != "0"
+        except FileNotFoundError:  # IPv6 off on the interface: nothing to route
+            return version == "ipv6"
+
+
+def _veth_note(name: str, netns: str | None) -> str | None:
+    """None when NAME is no veth or its peer accepts redirected frames;
+    otherwise what to do about it."""
+    peer = netlink.veth_peer(name, netns)
+    if peer is None:
+        return None
+    if peer.ifname is None:
+        return (f"{name} is a veth whose peer is in a namespace zerolayer cannot see: it "
+                "accepts forwarded frames only if the peer runs an XDP program or has GRO on")
+    with netns_mod.entered(peer.netns):
+        gro = gro_enabled(peer.ifname)
+    if peer.xdp or gro:
+        return None
+    if peer.netns:
+        return (f"{name} is a veth whose peer {peer.ifname} (netns {peer.netns}) runs no XDP "
+                f"program and has GRO off: the kernel drops every datagram forwarded out of "
+                f"{name}; turn GRO on there (`ip netns exec {peer.netns} ethtool -K "
+                f"{peer.ifname} gro on`) or attach an XDP program to it (`zerolayer attach "
+                f"{peer.ifname} --netns {peer.netns}`)")
+    return (f"{name} is a veth whose peer {peer.ifname} runs no XDP program and has GRO off: "
+            f"the kernel drops every datagram forwarded out of {name}; turn GRO on there "
+            f"(`ethtool -K {peer.ifname} gro on`) or attach an XDP program to it "
+            f"(`zerolayer attach {peer.ifname}`)")
