@@ -38,13 +38,16 @@ def test_the_section_measures_every_engine(relay_run):
     assert list(report) == ["machine", "quick", "relay", "targets", "duration_s", "plot"]
     relay = report["relay"]
     assert list(relay) == ["load", "results", "sockmap_relay", "errors", "runs", "engines",
-                           "skipped", "sockmap_profile"]
+                           "skipped", "sockmap_profile", "write_sizes"]
     assert relay["errors"] == [] and relay["skipped"] == {}
     assert relay["load"]["streams"] == list(STREAMS)
     assert relay["load"]["flood_frames"] == FLOOD and relay["load"]["rounds"] == 1
-    assert len(relay["runs"]) == len(STREAMS) * 2 * len(relay_bench.ENGINES)
+    sizes = relay_bench.QUICK.write_sizes
+    assert relay["load"]["write_sizes"] == list(sizes)
+    assert len(relay["runs"]) == (len(STREAMS) * 2 * len(relay_bench.ENGINES)
+                                  + len(sizes) * len(relay_bench.SWEEP_ENGINES))
     for run in relay["runs"]:
-        if run["phase"] == "flood":
+        if run["phase"] in ("flood", "write_size"):
             assert run["frames"] == FLOOD // run["streams"] * run["streams"]
         assert run["frames_per_s"] > 0 and run["latency_us"]["p99"] >= run["latency_us"]["p50"]
         assert set(run["cpu_s"]) >= {"generator", "receiver", "host_busy"}
@@ -58,6 +61,16 @@ def test_the_section_measures_every_engine(relay_run):
         # the ceiling: sockmap with no framing at all, against the same best peer
         assert set(result["unframed_ratio"]) == {"throughput_vs_best_peer"}
         assert result["best_peer"] in relay_bench.PEERS
+    # the write-size sweep: a 1-stream flood per size through every engine but asyncio
+    assert sorted(r["batch"] for r in relay["runs"] if r["phase"] == "write_size") == sorted(
+        size for size in sizes for _ in relay_bench.SWEEP_ENGINES)
+    assert list(relay["write_sizes"]) == [str(size) for size in sizes]
+    for sweep in relay["write_sizes"].values():
+        assert list(sweep["ways"]) == list(relay_bench.SWEEP_ENGINES)
+        assert all(set(f) == FIGURE_KEYS for f in sweep["ways"].values())
+        assert set(sweep["sockmap_ratio"]) == {"throughput_vs_best_peer", "throughput_vs_unframed"}
+        assert set(sweep["unframed_ratio"]) == {"throughput_vs_best_peer"}
+        assert sweep["best_peer"] in relay_bench.PEERS
     # one entry per engine and stream count, each figure a median of its rounds
     assert [(e["engine"], e["streams"]) for e in relay["engines"]] == [
         (engine, n) for n in STREAMS for engine in relay_bench.ENGINES]
@@ -110,6 +123,7 @@ def test_the_text_report(cli):
     assert "target frames/s through the sockmap relay against the asyncio relay, 1 stream" \
         in proc.stdout
     assert "zl_sk_parser" in proc.stdout  # the profile
+    assert "write sizes, 1 stream flooding" in proc.stdout  # the sweep
 
 
 def test_missing_peers_are_skipped_with_a_note(tmp_path):
@@ -131,4 +145,8 @@ def test_missing_peers_are_skipped_with_a_note(tmp_path):
                                                   "direct"}
     assert relay["results"]["1"]["unframed_ratio"] == {}
     assert relay["results"]["1"]["best_peer"] is None
+    for sweep in relay["write_sizes"].values():
+        assert list(sweep["ways"]) == ["sockmap", "sockmap_unframed", "direct"]
+        assert set(sweep["sockmap_ratio"]) == {"throughput_vs_unframed"}
+        assert sweep["unframed_ratio"] == {} and sweep["best_peer"] is None
     assert "skipped socat: socat is not installed" in proc.stderr

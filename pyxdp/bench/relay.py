@@ -28,6 +28,14 @@ Rounds interleave the engines; each figure is the median of the rounds
 (cpu_s is the last round's), and ratios are taken within a round (the
 machine is shared and noisy).
 
+Each round ends with a write-size sweep: one more flood per size at 1
+stream, the generator sending that many frames per send, through every
+engine but asyncio. On loopback a send arrives as one skb, and sockmap's
+cost is per skb (each is cloned, queued to a kworker and sent on by its own
+tcp_sendmsg), while a userspace relay reads many sends at once: so the
+ratio to the peers depends on the sender's write size, and the sweep shows
+by how much.
+
 After the rounds, one more sockmap flood per stream count runs with the
 kernel's BPF run-time statistics on (for that flood only: they cost a clock
 read per program run), to say where the relay's time goes: runs, ns per run
@@ -48,6 +56,8 @@ from pyxdp.bench.relay_load import FRAME_LEN, generator_main, raise_fd_limit, re
 from pyxdp.kernel import bpfsys
 
 ENGINES = ("sockmap", "sockmap_unframed", "asyncio", "splice", "socat", "haproxy", "direct")
+# The write-size sweep leaves out the asyncio relay: slow, and not the question.
+SWEEP_ENGINES = tuple(e for e in ENGINES if e != "asyncio")
 PEERS = relay_peers.PEERS
 # The stream counts the targets against the peers are set for.
 PEER_TARGET_STREAMS = ("1", "64")
@@ -61,6 +71,7 @@ class Plan:
     streams: tuple[int, ...] = (1, 64, 512)
     paced_rate: int = 10_000  # frames/s, all streams together
     flood_batch: int = 256
+    write_sizes: tuple[int, ...] = (16, 1024, 4096)  # frames per send of the sweep
     peers: tuple[str, ...] = PEERS  # which peers to run, when they can
 
 
@@ -135,10 +146,11 @@ def _own_cpu_s() -> float:
     return t.user + t.system
 
 
-def _params(streams: int, phase: str, plan: Plan) -> tuple[dict, float]:
-    """The generator's REQUEST for one run, and how long it may take."""
-    if phase == "flood":
-        return ({"frames": plan.flood_frames // streams, "batch": plan.flood_batch,
+def _params(streams: int, phase: str, plan: Plan, batch: int | None) -> tuple[dict, float]:
+    """The generator's REQUEST for one run, and how long it may take. A
+    flood sends BATCH frames a send (the plan's flood_batch when None)."""
+    if phase in ("flood", "write_size"):
+        return ({"frames": plan.flood_frames // streams, "batch": batch or plan.flood_batch,
                  "interval": 0}, 60.0)
     interval = max(0.001, streams / plan.paced_rate)
     return ({"seconds": plan.paced_s, "interval": interval,
@@ -146,9 +158,9 @@ def _params(streams: int, phase: str, plan: Plan) -> tuple[dict, float]:
 
 
 def _one(engine: str, streams: int, phase: str, plan: Plan, address: str, workers: dict,
-         relay_pid: int | None) -> dict:
+         relay_pid: int | None, batch: int | None = None) -> dict:
     """One run through ENGINE at ADDRESS; RELAY_PID is its process, if it has one."""
-    params, seconds = _params(streams, phase, plan)
+    params, seconds = _params(streams, phase, plan, batch)
     pids = {"generator": workers["generator"].proc.pid, "receiver": workers["receiver"].proc.pid}
     if relay_pid is not None:
         pids["relay"] = relay_pid
@@ -202,10 +214,13 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
         engines = [e for e in ENGINES if e in addresses or e.startswith("sockmap")]
         progress("compiling and loading the sockmap relay, framed and unframed")
         # The flood outruns any relay: its backlog must not count as a slow reader.
-        relay = Relay("127.0.0.1:0", upstream, max_pairs=max(plan.streams),
+        # Room for twice the streams: a run's pairs may still be closing when
+        # the next run connects (on a busy machine), and must not refuse it.
+        max_pairs = 2 * max(plan.streams)
+        relay = Relay("127.0.0.1:0", upstream, max_pairs=max_pairs,
                       max_backlog=2 * plan.flood_frames * FRAME_LEN)
-        unframed_path = RelayDataPath(max_socks=2 * max(plan.streams), framing=False)
-        unframed = Relay("127.0.0.1:0", upstream, max_pairs=max(plan.streams),
+        unframed_path = RelayDataPath(max_socks=2 * max_pairs, framing=False)
+        unframed = Relay("127.0.0.1:0", upstream, max_pairs=max_pairs,
                          max_backlog=2 * plan.flood_frames * FRAME_LEN, datapath=unframed_path)
         try:
             thread = serve_in_thread(relay)
@@ -223,6 +238,14 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
                                            workers, pids.get(engine))
                                 runs.append({"round": r, "streams": streams, "phase": phase,
                                              "way": engine, **res})
+                    for batch in plan.write_sizes:
+                        for engine in (e for e in engines if e in SWEEP_ENGINES):
+                            progress(f"round {r + 1}/{plan.rounds}: 1 stream, {batch} frames "
+                                     f"a send, {engine}")
+                            res = _one(engine, 1, "write_size", plan, addresses[engine],
+                                       workers, pids.get(engine), batch)
+                            runs.append({"round": r, "streams": 1, "phase": "write_size",
+                                         "way": engine, "batch": batch, **res})
                 profile = {}
                 for streams in plan.streams:
                     progress(f"profile: {streams} stream{'s' if streams > 1 else ''}, flood, "
@@ -248,16 +271,18 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
     results = _summarize(runs, plan, engines)
     return {
         "load": {"frame_bytes": FRAME_LEN, "payload_bytes": 8, "streams": list(plan.streams),
-                 "flood_batch": plan.flood_batch, "flood_frames": plan.flood_frames,
+                 "flood_batch": plan.flood_batch, "write_sizes": list(plan.write_sizes),
+                 "flood_frames": plan.flood_frames,
                  "paced_rate": plan.paced_rate, "paced_s": plan.paced_s, "rounds": plan.rounds},
         "results": results,
         "sockmap_relay": {"pairs": relay_stats["pairs"], "closed": relay_stats["closed"],
                           "malformed": relay_stats["counters"]["malformed"]},
-        "errors": sorted({e for run_ in runs for e in run_["errors"]}),
+        "errors": sorted({e for run_ in (*runs, *profile.values()) for e in run_["errors"]}),
         "runs": runs,
         "engines": _engine_entries(results, plan),
         "skipped": skipped,
         "sockmap_profile": profile,
+        "write_sizes": _summarize_sweep(runs, plan, engines),
     }
 
 
@@ -316,6 +341,30 @@ def _summarize(runs: list[dict], plan: Plan, engines: list[str]) -> dict:
                 runs, streams, "flood", "frames_per_s", best, way="sockmap_unframed"))
         out[str(streams)] = {"ways": by, "sockmap_ratio": ratios, "unframed_ratio": ceiling,
                              "best_peer": best}
+    return out
+
+
+def _summarize_sweep(runs: list[dict], plan: Plan, engines: list[str]) -> dict:
+    """Per write size: each engine's frames/s, and sockmap's (framed and
+    unframed) within-round ratio to the best peer at that size."""
+    out = {}
+    for batch in plan.write_sizes:
+        sel = [r for r in runs if r["phase"] == "write_size" and r["batch"] == batch
+               and r["latency_us"]]
+        ways = {e: figure(r["frames_per_s"] for r in sel if r["way"] == e)
+                for e in engines if any(r["way"] == e for r in sel)}
+        peers = [e for e in PEERS if e in ways]
+        best = max(peers, key=lambda e: ways[e]["median"]) if peers else None
+        ratios, ceiling = {}, {}
+        for name, other in (("throughput_vs_best_peer", best),
+                            ("throughput_vs_unframed", "sockmap_unframed")):
+            if "sockmap" in ways and other in ways:
+                ratios[name] = figure(_per_round(sel, 1, "write_size", "frames_per_s", other))
+        if "sockmap_unframed" in ways and best:
+            ceiling["throughput_vs_best_peer"] = figure(_per_round(
+                sel, 1, "write_size", "frames_per_s", best, way="sockmap_unframed"))
+        out[str(batch)] = {"ways": ways, "sockmap_ratio": ratios, "unframed_ratio": ceiling,
+                           "best_peer": best}
     return out
 
 

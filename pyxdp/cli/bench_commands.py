@@ -212,6 +212,18 @@ def _relay(r: dict) -> str:
         out += [f"{streams} stream{'s' if streams != '1' else ''}:",
                 table(["ENGINE", "FRAMES/S", "MIN", "MAX", "FLOOD P99", "PACED P50",
                        "PACED P99"], rows)]
+    sweep = relay.get("write_sizes", {})
+    if sweep:
+        ways = list(dict.fromkeys(w for res in sweep.values() for w in res["ways"]))
+        rows = [[batch, *(f"{res['ways'][w]['median']:,.0f}" if w in res["ways"] else ""
+                          for w in ways),
+                 *(f"{r[key]['throughput_vs_best_peer']['median']:.2f}x"
+                   if "throughput_vs_best_peer" in r[key] else ""
+                   for r in (res,) for key in ("sockmap_ratio", "unframed_ratio"))]
+                for batch, res in sweep.items()]
+        out += ["write sizes, 1 stream flooding: frames/s by frames a send (medians)",
+                table(["FRAMES/SEND", *(w.upper() for w in ways), "SOCKMAP/BEST",
+                       "UNFRAMED/BEST"], rows)]
     for name, note in relay.get("skipped", {}).items():
         out.append(f"skipped {name}: {note}")
     profile = relay.get("sockmap_profile", {})
