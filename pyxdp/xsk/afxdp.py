@@ -135,7 +135,8 @@ class Umem:
     completion rings (None when it was given none to map)."""
 
     def __init__(self, frames: int, chunk_size: int):
-        self.frames, self.chunk_size = frames, chunk_size
+        self.frames: int = frames
+        self.chunk_size: int = chunk_size
         self._mmap = mmap.mmap(-1, frames * chunk_size,
                                mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
         self.array = np.frombuffer(self._mmap, np.uint8)
@@ -195,7 +196,8 @@ class AfXdpSocket(ClosedOnExit):
         self.ifname, self.queue, self.netns = ifname, queue, netns
         if share_umem_of is not None:
             frames, chunk_size = share_umem_of.frames, share_umem_of.chunk_size
-        self.frames, self.chunk_size = frames, chunk_size
+        self.frames: int = frames
+        self.chunk_size: int = chunk_size
         self.mode: str | None = None
         self.mode_note: str | None = None
         self._owns_umem = share_umem_of is None

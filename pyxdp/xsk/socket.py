@@ -84,7 +84,7 @@ class XskSocket(AfXdpSocket):
     of two); chunk_size: 2048 or 4096 (default: 2048 when the interface's
     MTU fits in it); rx_size: RX ring entries; bind: "auto" (zero-copy,
     else copy), "zerocopy" (or fail) or "copy"; completion_size: 1 unless a
-    transmit socket will share this UMEM (pyxdp.xsk.tx.XskTxSocket.sharing),
+    transmit socket will share this UMEM (pyxdp.xsk.tx.XskTxSocket),
     whose sent chunks come back here (a power of two, at least its TX ring).
     """
 
@@ -116,7 +116,9 @@ class XskSocket(AfXdpSocket):
             super().__init__(ifname, queue, netns=netns, frames=frames, chunk_size=chunk,
                              rx_size=rx_size, fill_size=2 * frames,
                              completion_size=completion_size, bind=bind)
-            self._fill, self._chunk_mask = self.memory.fill, self.memory.chunk_mask
+            fill, rx = self.memory.fill, self.rx
+            assert fill is not None and rx is not None  # asked for above
+            self._fill, self._rx, self._chunk_mask = fill, rx, self.memory.chunk_mask
             self._fill.put(np.arange(frames, dtype=np.uint64) * np.uint64(self.chunk_size))
             self._poll = select.poll()
             self._poll.register(self.fileno(), select.POLLIN)
@@ -164,11 +166,11 @@ class XskSocket(AfXdpSocket):
     def recv(self, max_frames: int = 256, timeout: float | None = 0.0) -> Batch:
         """Up to MAX_FRAMES received frames, waiting up to TIMEOUT seconds
         (None: forever) when there are none. The batch may be empty."""
-        addr, length = self.rx.take(max_frames)
+        addr, length = self._rx.take(max_frames)
         # poll() is also the kick a zero-copy driver may wait for (need_wakeup).
         if not len(addr) and (timeout != 0 or self._fill.needs_wakeup):
             if self.wait(timeout):
-                addr, length = self.rx.take(max_frames)
+                addr, length = self._rx.take(max_frames)
         return Batch(self, addr, length)
 
     def batches(self, max_frames: int = 256) -> AsyncIterator[Batch]:
