@@ -218,6 +218,14 @@ class Batch:
             self._released = True
             self._xsk.recycle(self.addr)
 
+    def release_except(self, taken: np.ndarray) -> None:
+        """Release, except the chunks of the datagrams where TAKEN (a mask)
+        is true: those are a transmit socket's now, and go back to the fill
+        ring when their sends complete (pyxdp/xsk/forward.py)."""
+        if not self._released:
+            self._released = True
+            self._xsk.recycle(self.addr[~taken])
+
     def __enter__(self) -> "Batch":
         return self
 

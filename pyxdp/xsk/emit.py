@@ -7,8 +7,8 @@ and reports what the socket did with them (docs/spec.md §5.11).
 Every token is numbered, so a capture shows what arrived and in what
 order: token t (datagram d, frame j: t = d * FRAMES_PER_DATAGRAM + j) has
 as payload t in decimal, zero-padded to 10 digits (its last PAYLOAD_SIZE
-digits when the payload is shorter), then FILLER repeated to PAYLOAD_SIZE
-bytes. The datagrams of a batch are built as one numpy matrix.
+digits when the payload is shorter), then FILLER (" tok") repeated and cut
+to fill PAYLOAD_SIZE bytes. The datagrams of a batch are built as one numpy matrix.
 
 Pacing sends bursts on a schedule: datagram i is due RATE-th of a second
 after the start, and a burst of the datagrams due within PACE_S goes out
@@ -37,10 +37,11 @@ _POWERS = 10 ** np.arange(DIGITS - 1, -1, -1, dtype=np.int64)
 def token_rows(first: int, n: int, frames_per_datagram: int, payload_size: int) -> np.ndarray:
     """Datagrams FIRST .. FIRST+N-1 as rows of a (n, datagram bytes) matrix."""
     k, b = frames_per_datagram, payload_size
-    frame = HEADER.pack(b, FrameType.TOKEN) + (FILLER * (b // len(FILLER) + 1))[:b]
+    digits = min(DIGITS, b)
+    filler = (FILLER * (b // len(FILLER) + 1))[:b - digits]
+    frame = HEADER.pack(b, FrameType.TOKEN) + b"0" * digits + filler
     rows = np.empty((n, k * len(frame)), np.uint8)
     rows[:] = np.frombuffer(frame * k, np.uint8)
-    digits = min(DIGITS, b)
     if digits:
         tokens = (first * k + np.arange(n * k, dtype=np.int64)).reshape(n, k)
         text = (tokens[:, :, None] // _POWERS[DIGITS - digits:]) % 10 + ord("0")
