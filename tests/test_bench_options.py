@@ -28,7 +28,9 @@ NOT_STARTED = ("compiling", "parser cost", "TCP relay")
      "--relay-frames goes with --section relay"),
     (["--section", "relay", "--delivery-frames", "5000"],
      "--delivery-frames goes with --section delivery"),
-    (["--section", "nosuch"], "'nosuch' is not one of 'parser', 'xdp', 'delivery', 'relay'"),
+    (["--section", "nosuch"],
+     "'nosuch' is not one of 'parser', 'xdp', 'delivery', 'tx', 'relay'"),
+    (["--section", "relay", "--tx-datagrams", "5000"], "--tx-datagrams goes with --section tx"),
     (["--section", "relay", "--relay-streams", "0"], "0 is not in the range"),
     (["--rounds", "0"], "0 is not in the range"),
 ])

@@ -2,12 +2,12 @@
 
 The sections, in the order they run and report (pyxdp.bench.runner):
 parser (parser cost), xdp (XDP path throughput), delivery (delivery into
-Python) and relay (the TCP relay). Kept here, light, for the CLI to list,
+Python), tx (sending over AF_XDP) and relay (the TCP relay). Kept here, light, for the CLI to list,
 with the delivery section's tiers of work per frame (done by
 pyxdp.bench.tiers) and the report keys of their figures.
 """
 
-SECTIONS = ("parser", "xdp", "delivery", "relay")
+SECTIONS = ("parser", "xdp", "delivery", "tx", "relay")
 DEFAULT_SECTIONS = ("parser", "xdp", "delivery")
 
 TIERS = ("count", "touch", "act")
