@@ -112,7 +112,10 @@ def test_ctrl_c_stops_reaps_and_reports(lab):
                              "--to", f"{lab.dut.ipv4}:{DEFAULT_PORT}", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)
+        assert proc.stderr is not None
+        started = proc.stderr.readline()  # it says so once it is sending
+        assert started.startswith("emitting on"), started
+        time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:

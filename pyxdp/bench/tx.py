@@ -3,8 +3,8 @@ the lab's dut0, counted by zerolayer's XDP counters there
 (`token_datagrams`), from three senders in the peer namespace on peer0,
 each sending the same datagrams (the same payload bytes, the same count):
 
-  tokensender  pyxdp.xsk.sender.TokenSender.send_datagrams, BATCH payloads
-               a call (AF_XDP, copy mode on veth);
+  tokensender  pyxdp.xsk.sender.TokenSender.send_datagrams, MMSG_BATCH
+               payloads a call (AF_XDP, copy mode on veth);
   sendto       a Python loop of socket.sendto(payload, address);
   sendmmsg     sendmmsg(2) through ctypes, MMSG_BATCH message headers built
                once over the payloads (pyxdp.bench.sendmmsg).
@@ -43,14 +43,14 @@ from pyxdp.kernel import link_stats
 from pyxdp.proto import counters
 from pyxdp.proto.frames import DEFAULT_PORT, FrameType, encode
 from pyxdp.xdp import stats
-from pyxdp.xsk.sender import BATCH, TokenSender
+from pyxdp.xsk.sender import TokenSender
 from pyxdp.xsk.socket import XskSocket
 
 DATAGRAMS = 500_000
 QUICK_DATAGRAMS = 20_000
 POOL = 256
 PAYLOAD_BYTES = 16
-MMSG_BATCH = POOL
+MMSG_BATCH = POOL  # datagrams per call, for sendmmsg and TokenSender alike
 SENDERS = ("tokensender", "sendto", "sendmmsg")
 SINKS = ("xdp", "udp")
 SINK_WORK = {
@@ -160,7 +160,7 @@ _SENDERS: dict[str, Callable] = {"tokensender": _tokensender, "sendto": _sendto,
                                  "sendmmsg": _sendmmsg}
 
 
-def run_one(lab, name: str, datagrams: list[bytes], cpu: int | None, *, batch: int = BATCH,
+def run_one(lab, name: str, datagrams: list[bytes], cpu: int | None, *, batch: int = MMSG_BATCH,
             budget: int | None = None) -> dict:
     """One run of sender NAME: DATAGRAMS from the peer, pinned to CPU."""
     send, details, close = _SENDERS[name](lab, datagrams, batch, budget)
