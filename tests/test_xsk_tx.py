@@ -241,6 +241,46 @@ def test_sharing_needs_a_completion_ring(lab):
             XskTxSocket(lab.dut.ifname, 0, netns=lab.dut.netns, share_umem_of=rx)
 
 
+# --- the kernel's side of sending --------------------------------------------------------
+
+@pytest.mark.kernel
+def test_copy_mode_sends_at_most_its_budget_per_kick(lab):
+    """256 frames submitted at once: with the kernel's own budget (32) a
+    push takes 8 kicks; where the kernel lets the budget be raised to the
+    ring's size (XDP_MAX_TX_SKB_BUDGET, 6.17+), one."""
+    import numpy as np
+
+    from pyxdp.kernel import routes
+    from pyxdp.xsk import headers
+    from pyxdp.xsk.tx import KERNEL_BUDGET
+
+    hop = routes.resolve(lab.dut.ipv4, lab.peer.ifname, lab.peer.netns)
+    t = headers.template(hop.src_mac, hop.dst_mac, hop.src, hop.dst, 40000, DEFAULT_PORT)
+    payload = Frame(FrameType.TOKEN, b"budget").encode()
+    rows, lengths = headers.payload_matrix([payload] * 256)
+    kicks = {}
+    for budget in (KERNEL_BUDGET, 256):
+        with XskTxSocket(lab.peer.ifname, 0, netns=lab.peer.netns, frames=512, tx_size=256,
+                         budget=budget) as tx:
+            addr = tx.chunks(256)
+            headers.byte_rows(tx.umem, rows.shape[1])[addr.astype(np.int64) + t.length] = rows
+            frame_len = headers.write(tx.umem, addr, lengths, headers.payload_sums(rows, lengths), t)
+            assert tx.submit(addr, frame_len.astype(np.uint32)) == 256
+            tx.push()
+            assert tx.flush() == 0
+            kicks[tx.budget] = tx.tally.kicks
+    raised = 256 in kicks
+    assert kicks == ({KERNEL_BUDGET: 8, 256: 1} if raised else {KERNEL_BUDGET: 8})
+
+
+def test_a_queue_held_by_a_receiving_socket_is_refused_in_one_line(lab):
+    from pyxdp.xsk.socket import XskSocket
+
+    with XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, frames=64, rx_size=64):
+        with pytest.raises(ZerolayerError, match="queue 0 of dut0 already has an AF_XDP socket"):
+            XskTxSocket(lab.dut.ifname, 0, netns=lab.dut.netns)
+
+
 # --- honest modes and errors ----------------------------------------------------------
 
 @pytest.mark.kernel
