@@ -148,6 +148,17 @@ def _first_address(ipr, index: int, version: int) -> str | None:
     return addrs[0] if addrs else None
 
 
+def neighbour(hop: str, ifname: str, netns: str | None = None) -> str:
+    """The MAC of neighbour HOP on IFNAME, from the kernel's entry."""
+    from pyroute2 import IPRoute
+
+    with netns_mod.entered(netns), IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise ZerolayerError(f"no interface named {ifname!r} (see `ip link show`)")
+        return _neighbour(ipr, found[0], hop, ifname)[0]
+
+
 def _neighbour(ipr, index: int, hop: str, ifname: str) -> tuple[str, str]:
     for entry in ipr.get_neighbours(ifindex=index, dst=hop):
         state, mac = entry["state"], entry.get_attr("NDA_LLADDR")
