@@ -231,7 +231,8 @@ class TxRing(_Ring):
 
     @property
     def unsent(self) -> int:
-        """Descriptors published that the kernel has not taken yet."""
+        """Descriptors published that the kernel has not said it took: its
+        consumer index may lag what it sent (pyxdp/xsk/tx.py, push)."""
         return self.size - self.room(self.size)
 
     @property

@@ -15,9 +15,9 @@ Sending is four steps, each a batch at a time:
     for it. In copy mode (veth, or a driver without zero-copy) that call is
     where the kernel sends (xsk_generic_xmit): it builds an skb per
     descriptor, up to its budget per call (32 descriptors, or what
-    XDP_MAX_TX_SKB_BUDGET sets on kernels that have it, 6.18 here; 6.1 has
-    not), and returns EAGAIN when more are left. So a push kicks until the
-    kernel has taken every descriptor or stops taking them. In zero-copy
+    XDP_MAX_TX_SKB_BUDGET sets on kernels that have it, 6.17 on; 6.1 and
+    6.12 have not), and returns EAGAIN when more are left. So a push kicks
+    until a kick ends without EAGAIN (see push()). In zero-copy
     mode the kick only wakes the driver, which sends on its own;
   - reap: the completion ring gives back the chunks the kernel is done
     with (sent, or dropped by the driver after it took them).
@@ -206,17 +206,20 @@ class XskTxSocket(AfXdpSocket):
         return err
 
     def push(self) -> None:
-        """Kick until the kernel has taken every descriptor submitted, or a
-        kick takes none (the completion ring or the send buffer is full:
-        reap, and push again)."""
-        tx = self._ring
-        left = tx.unsent
-        while left:
-            self.kick()
-            now = tx.unsent
-            if now >= left:
+        """Kick until a kick ends without EAGAIN: the kernel found nothing
+        more to send (or failed), and has then published how far it read
+        the TX ring. At most one kick per budget's worth of what the ring
+        held: a kick can end in EAGAIN with nothing sent when the send
+        buffer is full (reap, wait, push again). The kick's answer is what
+        counts, not the ring's consumer index: 6.1 and 6.12 publish that
+        only when they next find their view of the ring used up, not after
+        each kick (6.18 does after each)."""
+        unsent = self._ring.unsent
+        if not unsent:
+            return
+        for _ in range(unsent // self.budget + 1):
+            if self.kick() != errno.EAGAIN:
                 return
-            left = now
 
     def reap(self) -> int:
         """Take the completions: own chunks go back to the free stack, a
