@@ -327,3 +327,10 @@ def test_usage_errors_exit_2(cli):
     assert cli("emit", "lo", "--to", "127.0.0.1:9", "--frames-per-datagram", 33).returncode == 2
     assert cli("emit", "lo", "--to", "127.0.0.1:9", "--rate", 0).returncode == 2
     assert cli("emit", "lo", "--to", "127.0.0.1:9", "--dst-mac", "nope").returncode == 2
+
+
+def test_a_queue_the_interface_lacks_is_one_line(lab):
+    proc = emit(lab, "--to", f"{lab.dut.ipv4}:{DEFAULT_PORT}", "--count", 1, "--queue", 7,
+                check=False)
+    assert "queue 7 of peer0 failed" in one_line_error(proc)
+    assert "ethtool -l peer0" in proc.stderr

@@ -313,7 +313,9 @@ class AfXdpSocket(ClosedOnExit):
         if flag == XDP_ZEROCOPY and exc.errno in _NO_ZEROCOPY:
             return (f"the driver of {self.ifname} cannot bind queue {self.queue} in zero-copy "
                     f"mode ({exc.strerror}): use copy mode")
-        return f"binding an AF_XDP socket to {where} failed: {exc.strerror}"
+        hint = f" (does it have a queue {self.queue}? see `ethtool -l {self.ifname}`)" \
+            if exc.errno == errno.EINVAL else ""
+        return f"binding an AF_XDP socket to {where} failed: {exc.strerror}{hint}"
 
     # --- use --------------------------------------------------------------------------
 
