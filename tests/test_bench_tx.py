@@ -17,14 +17,16 @@ TX_KEYS = ["tx_mode", "tx_load", "tx_datagrams", "tx_sinks", "tx_dps", "tx_ratio
 
 
 @pytest.fixture(scope="module")
-def report():
-    report, progress = bench_json("--section", "tx", "--quick")
+def report(tmp_path_factory):
+    plot = tmp_path_factory.mktemp("bench") / "tx.png"
+    report, progress = bench_json("--section", "tx", "--quick", "--plot", plot)
     assert "sending:" in progress and "parser cost" not in progress
+    assert report["plot"] == str(plot) and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return report
 
 
 def test_the_tx_section_produces_every_key_in_order(report):
-    assert list(report) == ["machine", "quick", *TX_KEYS, "targets", "duration_s"]
+    assert list(report) == ["machine", "quick", *TX_KEYS, "targets", "duration_s", "plot"]
     rounds = bench.QUICK.tx_rounds
     assert report["tx_mode"] == "copy" and report["tx_datagrams"] == tx_bench.QUICK_DATAGRAMS
     for sink in tx_bench.SINKS:
