@@ -98,8 +98,9 @@ class XskStatistics:
     for a chunk. Lost frames are rx_dropped + rx_ring_full. On the sending
     side, tx_invalid_descs counts descriptors the kernel refused (outside
     the UMEM, across a chunk's end, empty), which it consumes without
-    sending or completing; tx_ring_empty_descs counts the times a driver's
-    zero-copy batch found the TX ring empty (copy mode does not count it)."""
+    sending or completing; tx_ring_empty_descs counts the times the kernel
+    looked for more to send and found the TX ring empty (on 6.18 copy mode,
+    about once per kick that sent all it was given), not a loss."""
 
     rx_dropped: int = 0
     rx_invalid_descs: int = 0
