@@ -1,11 +1,13 @@
 """`zerolayer bench` on a real lab: the default run (sections parser, xdp,
-delivery and forward), and the parser, xdp and forward sections alone, each
-through the CLI with --quick and produces every key. No assertion here is about speed: the
+delivery, tx and forward), and the parser, xdp and forward sections alone
+(tx alone: tests/test_bench_tx.py), each through the CLI with --quick and
+produces every key. No assertion here is about speed: the
 numbers belong to the benchmark, not to the tests."""
 
 import pytest
 
 from bench_helpers import DELIVERY_KEYS, assert_figure, bench_json
+from test_bench_tx import TX_KEYS
 from pyxdp.bench import runner as bench
 
 pytestmark = pytest.mark.root
@@ -18,8 +20,8 @@ FORWARD_KEYS = ["forward_mode", "forward_load", "xdp_forward_dps", "kernel_forwa
                 "forward_generator_pps", "forward_generator_sent", "forward_received",
                 "forward_router_forwarded"]
 # docs/spec.md §5.9, in order
-DEFAULT_KEYS = ["machine", "quick", *PARSER_KEYS, *XDP_KEYS, *DELIVERY_KEYS, *FORWARD_KEYS,
-                "targets", "duration_s"]
+DEFAULT_KEYS = ["machine", "quick", *PARSER_KEYS, *XDP_KEYS, *DELIVERY_KEYS, *TX_KEYS,
+                *FORWARD_KEYS, "targets", "duration_s"]
 
 
 def check_parser(report: dict, rounds: int) -> None:
@@ -74,7 +76,8 @@ def test_the_default_run_produces_every_key_in_order(quick_run):
     check_forward(report, bench.QUICK.forward_rounds)
     assert [t["key"] for t in report["targets"]] == [
         "parser_ratio.4", "xdp_ratio", "delivery_touch_ratio", "delivery_touch_ratio",
-        "xsk_touch_vs_c_ratio", "forward_ratio", "forward_ratio"]
+        "xsk_touch_vs_c_ratio", "tx_ratio.xdp.vs_sendto", "tx_ratio.xdp.vs_sendto",
+        "forward_ratio", "forward_ratio"]
     assert all(isinstance(t["met"], bool) for t in report["targets"])
     # progress went to stderr, so stdout is one JSON document
     assert "parser cost" in progress and "TCP relay" not in progress

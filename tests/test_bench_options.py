@@ -30,6 +30,7 @@ NOT_STARTED = ("compiling", "parser cost", "TCP relay")
     (["--section", "relay", "--delivery-frames", "5000"],
      "--delivery-frames goes with --section delivery"),
     (["--section", "nosuch"], "'nosuch' is not one of " + ", ".join(f"'{s}'" for s in SECTIONS)),
+    (["--section", "relay", "--tx-datagrams", "5000"], "--tx-datagrams goes with --section tx"),
     (["--section", "relay", "--relay-streams", "0"], "0 is not in the range"),
     (["--rounds", "0"], "0 is not in the range"),
 ])

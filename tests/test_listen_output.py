@@ -11,8 +11,8 @@ from packets import build, token_frames
 from pyxdp.proto import datagram, judge
 from pyxdp.proto.frames import FrameType, encode
 from pyxdp.xsk import records, sizing
+from pyxdp.xsk.afxdp import XskStatistics
 from pyxdp.xsk.listen_report import ListenReport, QueueReport, QueueTally
-from pyxdp.xsk.socket import XskStatistics
 from synthetic_umem import batch_of
 
 AWKWARD = [

@@ -213,7 +213,7 @@ def test_replay_cli_errors_are_one_line(cli, lab, tmp_path):
     assert "needs --dst" in one_line_error(cli("replay", transcript, *peer))
     assert "no IPv6 destination" in one_line_error(
         cli("replay", transcript, *peer, "--dst", lab.dut.ipv4))
-    assert "no neighbour entry for 198.18.0.9" in one_line_error(
+    assert "neighbour entry for 198.18.0.9 on peer0" in one_line_error(
         cli("replay", transcript, *peer, "--dst", "198.18.0.9"))
     assert "not an IP address" in one_line_error(cli("replay", transcript, *peer, "--dst", "dut"))
     assert "no interface named 'nope0'" in one_line_error(

@@ -2,14 +2,14 @@
 
 The sections, in the order they run and report (pyxdp.bench.runner):
 parser (parser cost), xdp (XDP path throughput), delivery (delivery into
-Python), forward (XDP forwarding through a router) and relay (the TCP
-relay). Kept here, light, for the CLI to list,
+Python), tx (sending over AF_XDP), forward (XDP forwarding through a
+router) and relay (the TCP relay). Kept here, light, for the CLI to list,
 with the delivery section's tiers of work per frame (done by
 pyxdp.bench.tiers) and the report keys of their figures.
 """
 
-SECTIONS = ("parser", "xdp", "delivery", "forward", "relay")
-DEFAULT_SECTIONS = ("parser", "xdp", "delivery", "forward")
+SECTIONS = ("parser", "xdp", "delivery", "tx", "forward", "relay")
+DEFAULT_SECTIONS = ("parser", "xdp", "delivery", "tx", "forward")
 
 TIERS = ("count", "touch", "act")
 TIER_WORK = {

@@ -124,10 +124,24 @@ def _relay_panel(ax, report):
         ax.legend(fontsize=8)
 
 
+def _tx_panel(ax, report):
+    sinks = list(report["tx_dps"])
+    colors = {"tokensender": ZEROLAYER, "sendto": FLOOR, "sendmmsg": C_CEILING}
+    for i, sink in enumerate(sinks):
+        for j, (name, fig) in enumerate(report["tx_dps"][sink].items()):
+            label = (f"TokenSender, AF_XDP ({report['tx_mode']})" if name == "tokensender"
+                     else name) if i == 0 else None
+            _bar(ax, i + (j - 1) * 0.28, fig, colors[name], label, 1e6, 0.27)
+    ax.set_xticks(range(len(sinks)), [f"sink {s}" for s in sinks])
+    ax.set_title("Sending on veth, M datagrams/s at dut0", fontsize=10)
+    _ratio_note(ax, report, "tx_ratio.xdp.vs_sendto", "TokenSender / sendto, sink xdp: ")
+    ax.legend(fontsize=7)
+
+
 # Each section's panel, and the key of the report that says the section ran.
 PANELS = [("parser_ns", _parser_panel), ("zerolayer_dps", _xdp_panel),
-          ("xsk_fps", _delivery_panel), ("xdp_forward_dps", _forward_panel),
-          ("relay", _relay_panel)]
+          ("xsk_fps", _delivery_panel), ("tx_dps", _tx_panel),
+          ("xdp_forward_dps", _forward_panel), ("relay", _relay_panel)]
 
 
 def write(report: dict, path: str) -> None:

@@ -11,6 +11,9 @@ against its floor side by side, in sections run one after the other.
   frames lost, pyxdp's AF_XDP socket against a UDP socket at three tiers of
   work per frame (count, touch, act), and against a C consumer on libxdp at
   the touch tier.
+- tx (pyxdp.bench.tx): sending, datagrams/s counted at the lab's dut0,
+  TokenSender (AF_XDP) against a socket.sendto loop and sendmmsg(2), the
+  same datagrams, with two things for dut0 to do with them after XDP.
 - forward (pyxdp.bench.forward): XDP forwarding, datagrams/s through a
   router (three namespaces) with zerolayer forwarding against the kernel's
   own IP forwarding, under the same generator load.
@@ -18,10 +21,10 @@ against its floor side by side, in sections run one after the other.
   through the sockmap relay against the asyncio relay and a direct
   connection, on loopback.
 
-The first three share one veth lab, built for the run, with zerolayer
+The first four share one veth lab, built for the run, with zerolayer
 attached to its dut0; forward builds a routed lab of its own; the relay
-needs none. Without a choice, all but the relay run. Every figure is the median of several rounds, with the min and
-the max; ratios are taken within a round, then their median. Quick mode
+needs none. Without a choice, all but the relay run. Every figure is the
+median of several rounds, with the min and the max; ratios are taken within a round, then their median. Quick mode
 (for CI) runs each section with fewer and shorter rounds: it produces every
 key, and its numbers are not meant to be quoted.
 """
@@ -38,6 +41,7 @@ from pyxdp.bench import delivery as bench_delivery
 from pyxdp.bench import forward as bench_forward
 from pyxdp.bench import parser as bench_parser
 from pyxdp.bench import relay as bench_relay
+from pyxdp.bench import tx as bench_tx
 from pyxdp.bench import xdp_path as bench_xdp
 from pyxdp.bench.figures import figure, figure_of
 from pyxdp.lab import generator
@@ -45,7 +49,7 @@ from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.xdp import loader, pins
 from pyxdp.xdp.testrun import PassProgram, TokenProgram
 
-LAB_SECTIONS = ("parser", "xdp", "delivery")
+LAB_SECTIONS = ("parser", "xdp", "delivery", "tx")
 
 Progress = Callable[[str], None]
 
@@ -60,6 +64,8 @@ class Plan:
     xdp_chunk: int
     delivery_rounds: int
     delivery_frames: int
+    tx_rounds: int
+    tx_datagrams: int
     forward_rounds: int
     relay: bench_relay.Plan
     quick: bool
@@ -67,20 +73,23 @@ class Plan:
 
 FULL = Plan(parser_rounds=5, parser_repeats=bench_parser.REPEATS, xdp_rounds=10,
             xdp_settle_s=0.05, xdp_window_s=0.3, xdp_chunk=bench_xdp.CHUNK,
-            delivery_rounds=5, delivery_frames=bench_delivery.FRAMES, forward_rounds=10,
-            relay=bench_relay.FULL, quick=False)
+            delivery_rounds=5, delivery_frames=bench_delivery.FRAMES, tx_rounds=5,
+            tx_datagrams=bench_tx.DATAGRAMS, forward_rounds=10, relay=bench_relay.FULL,
+            quick=False)
 QUICK = Plan(parser_rounds=2, parser_repeats=bench_parser.QUICK_REPEATS, xdp_rounds=2,
              xdp_settle_s=0.02, xdp_window_s=0.1, xdp_chunk=bench_xdp.QUICK_CHUNK,
-             delivery_rounds=2, delivery_frames=bench_delivery.QUICK_FRAMES, forward_rounds=2,
-             relay=bench_relay.QUICK, quick=True)
+             delivery_rounds=2, delivery_frames=bench_delivery.QUICK_FRAMES, tx_rounds=2,
+             tx_datagrams=bench_tx.QUICK_DATAGRAMS, forward_rounds=2, relay=bench_relay.QUICK,
+             quick=True)
 
 
 def plan(quick: bool = False, *, rounds: int | None = None,
          delivery_frames: int | None = None, relay_streams: Iterable[int] = (),
-         relay_frames: int | None = None) -> Plan:
+         relay_frames: int | None = None, tx_datagrams: int | None = None) -> Plan:
     """FULL or QUICK, with what is given in place of its own: ROUNDS for
     every section, the datagrams offered per delivery round, the relay's
-    stream counts and the frames of a relay flood (all streams together)."""
+    stream counts and the frames of a relay flood (all streams together),
+    the datagrams each sender of the tx section sends per round."""
     base = QUICK if quick else FULL
     relay = base.relay
     streams = tuple(dict.fromkeys(relay_streams))  # in the order given, once each
@@ -90,10 +99,13 @@ def plan(quick: bool = False, *, rounds: int | None = None,
         relay = dataclasses.replace(relay, flood_frames=relay_frames)
     if rounds is not None:
         base = dataclasses.replace(base, parser_rounds=rounds, xdp_rounds=rounds,
-                                   delivery_rounds=rounds, forward_rounds=rounds)
+                                   delivery_rounds=rounds, tx_rounds=rounds,
+                                   forward_rounds=rounds)
         relay = dataclasses.replace(relay, rounds=rounds)
     if delivery_frames is not None:
         base = dataclasses.replace(base, delivery_frames=delivery_frames)
+    if tx_datagrams is not None:
+        base = dataclasses.replace(base, tx_datagrams=tx_datagrams)
     return dataclasses.replace(base, relay=relay)
 
 
@@ -107,6 +119,7 @@ class Target:
 
 
 DELIVERY = "delivery into Python, every frame touched, AF_XDP against a UDP socket"
+SENDING = "sending, datagrams/s at the receiver, TokenSender (AF_XDP) against socket.sendto"
 FORWARDING = "forwarding through a router on veth, XDP against the kernel's IP forwarding"
 TARGETS = [
     Target("parser cost at 4 frames/datagram, against the XDP_PASS floor", "parser_ratio.4",
@@ -117,6 +130,8 @@ TARGETS = [
     Target(DELIVERY, "delivery_touch_ratio", ">=", 3.0, "goal"),
     Target("delivery into Python, every frame touched, pyxdp against a C consumer on libxdp",
            "xsk_touch_vs_c_ratio", ">=", 0.8),
+    Target(SENDING, "tx_ratio.xdp.vs_sendto", ">=", 2.0),
+    Target(SENDING, "tx_ratio.xdp.vs_sendto", ">=", 3.0, "goal"),
     Target(FORWARDING, "forward_ratio", ">=", 2.0),
     Target(FORWARDING, "forward_ratio", ">=", 3.0, "goal"),
 ]
@@ -198,6 +213,8 @@ def _lab_sections(report: dict, sections: Collection[str], plan: Plan,
                 report.update(_xdp(plan, lab, token, counter, gen, progress))
             if "delivery" in sections and gen is not None:
                 report.update(_delivery(plan, lab, gen, progress))
+            if "tx" in sections:
+                report.update(_tx(plan, lab, progress))
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
 
@@ -267,6 +284,25 @@ def _delivery(plan: Plan, lab, gen: generator.LiveGenerator, progress: Progress)
     report["c_touch_lost"] = figure(lost["c_touch"]) if has_c else None
     report["delivery_last_round"] = d["last_round"]
     return report
+
+
+def _tx(plan: Plan, lab, progress: Progress) -> dict:
+    progress(f"sending: {plan.tx_rounds} rounds of {plan.tx_datagrams:,} datagrams per sender "
+             "(TokenSender over AF_XDP, socket.sendto, sendmmsg) from the peer, counted at dut0")
+    t = bench_tx.measure(lab, rounds=plan.tx_rounds, datagrams=plan.tx_datagrams,
+                         progress=progress)
+    return {
+        "tx_mode": t["mode"],
+        "tx_load": bench_tx.LOAD,
+        "tx_datagrams": plan.tx_datagrams,
+        "tx_sinks": t["sinks"],
+        "tx_dps": {sink: {s: figure(v) for s, v in by.items()} for sink, by in t["dps"].items()},
+        "tx_ratio": {sink: {k: figure(v) for k, v in by.items()}
+                     for sink, by in t["ratio"].items()},
+        "tx_lost": {sink: {s: figure(v) for s, v in by.items()} for sink, by in t["lost"].items()},
+        "tx_cpu": t["cpu"],
+        "tx_last_round": t["last_round"],
+    }
 
 
 def _forward(plan: Plan, progress: Progress) -> dict:

@@ -57,7 +57,8 @@ from pyxdp.proto import frames as frames_mod
 from pyxdp.xdp import pins
 from pyxdp.xdp.maps import ZerolayerMaps
 from pyxdp.xdp.ownership import inspect
-from pyxdp.xsk.socket import XskSocket, XskStatistics
+from pyxdp.xsk.afxdp import XskStatistics
+from pyxdp.xsk.socket import XskSocket
 
 IDLE_S = 0.25  # the generator is done and nothing came for this long: the run is over
 MAX_BATCH = 256

@@ -25,6 +25,7 @@ def _register() -> None:
     from pyxdp.cli import (
         bench_commands,
         demo_commands,
+        emit_commands,
         listen_commands,
         observe_commands,
         relay_commands,
@@ -33,7 +34,7 @@ def _register() -> None:
     )
 
     for module in (xdp_commands, tune_commands, demo_commands, listen_commands, bench_commands,
-                   observe_commands, relay_commands):
+                   observe_commands, relay_commands, emit_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
 

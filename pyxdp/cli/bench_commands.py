@@ -9,6 +9,7 @@ import click
 from pyxdp.bench import DEFAULT_SECTIONS, SECTIONS, TIER_WORK, TIERS, delivery_keys
 from pyxdp.bench import delivery as bench_delivery
 from pyxdp.bench import relay as bench_relay
+from pyxdp.bench import tx as bench_tx
 from pyxdp.cli.options import json_option, netns_option
 from pyxdp.cli.render import emit_json, table
 from pyxdp.errors import ZerolayerError
@@ -37,6 +38,9 @@ def _check_writable(path: str) -> None:
 @click.option("--delivery-frames", metavar="N", type=click.IntRange(min=1000), default=None,
               help="delivery: datagrams offered to each consumer at each tier (default "
                    f"{bench_delivery.FRAMES:,}; {bench_delivery.QUICK_FRAMES:,} with --quick).")
+@click.option("--tx-datagrams", metavar="N", type=click.IntRange(min=1000), default=None,
+              help="tx: datagrams each sender sends per round (default "
+                   f"{bench_tx.DATAGRAMS:,}; {bench_tx.QUICK_DATAGRAMS:,} with --quick).")
 @click.option("--relay-streams", metavar="N", type=click.IntRange(1, 1024), multiple=True,
               help="relay: concurrent streams of a run; repeat for more (default "
                    f"{', '.join(map(str, bench_relay.FULL.streams))}).")
@@ -44,13 +48,14 @@ def _check_writable(path: str) -> None:
               help="relay: frames of a flood, all streams together (default "
                    f"{bench_relay.FULL.flood_frames:,}; {bench_relay.QUICK.flood_frames:,} "
                    "with --quick).")
-def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, relay_streams,
-          relay_frames):
+def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, tx_datagrams,
+          relay_streams, relay_frames):
     """Measure zerolayer against its floors, side by side: on a veth lab it
     builds itself (sections parser, xdp, delivery), on a routed lab of three
     namespaces (forward) and on loopback (relay)."""
     sections = sections or DEFAULT_SECTIONS
     for given, option, section in [(delivery_frames is not None, "--delivery-frames", "delivery"),
+                                   (tx_datagrams is not None, "--tx-datagrams", "tx"),
                                    (relay_streams, "--relay-streams", "relay"),
                                    (relay_frames is not None, "--relay-frames", "relay")]:
         if given and section not in sections:
@@ -64,7 +69,8 @@ def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, relay_st
 
     preflight("zerolayer bench")
     plan = bench_mod.plan(quick, rounds=rounds, delivery_frames=delivery_frames,
-                          relay_streams=relay_streams, relay_frames=relay_frames)
+                          relay_streams=relay_streams, relay_frames=relay_frames,
+                          tx_datagrams=tx_datagrams)
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
     report = bench_mod.run(sections, plan, progress=say)
     if plot_path:
@@ -162,6 +168,28 @@ def _delivery(r: dict) -> str:
     return "\n".join(out)
 
 
+def _tx(r: dict) -> str:
+    out = [f"Sending, datagrams/s counted at dut0 ({number(r['tx_datagrams'])} per sender and "
+           f"round: {r['tx_load']}), senders pinned to CPU {r['tx_cpu']}"]
+    for sink, about in r["tx_sinks"].items():
+        runs = r["tx_last_round"][sink]["runs"]
+        rows = []
+        for name, fig in r["tx_dps"][sink].items():
+            cpu = runs[name]["cpu"] or {}
+            label = f"TokenSender (AF_XDP, {r['tx_mode']} mode)" if name == "tokensender" \
+                else name
+            rows.append([label, *_fig(fig, "{:,.0f}"), number(r["tx_lost"][sink][name]["median"]),
+                         f"{cpu.get('busy', 0):.0%} / {cpu.get('softirq', 0):.0%}"])
+        for key, fig in r["tx_ratio"][sink].items():
+            rows.append([f"TokenSender / {key.removeprefix('vs_')}", *_fig(fig, "{:.2f}x"), "", ""])
+        out += [f"sink {sink}: {about['work']}",
+                table(["SENDER", "MEDIAN", "MIN", "MAX", "LOST (MEDIAN)",
+                       "CPU BUSY / SOFTIRQ (LAST ROUND)"], rows)]
+    out.append("   veth runs dut0's receive work on the sending CPU, inside the send: it costs "
+               "every sender alike")
+    return "\n".join(out)
+
+
 def _forward(r: dict) -> str:
     return "\n".join([
         f"Forwarding through a router on veth, {r['forward_mode']} mode, datagrams/s counted "
@@ -241,7 +269,7 @@ def _relay(r: dict) -> str:
 
 # Each section's text, and the key of the report that says the section ran.
 RENDERERS = [("parser_ns", _parser), ("zerolayer_dps", _xdp), ("xsk_fps", _delivery),
-             ("xdp_forward_dps", _forward), ("relay", _relay)]
+             ("tx_dps", _tx), ("xdp_forward_dps", _forward), ("relay", _relay)]
 
 
 @click.command()

@@ -4,6 +4,7 @@ from pyxdp.errors import ZerolayerError
 from pyxdp.kernel.bpffs import require_bpffs
 
 CAP_NET_ADMIN = 12
+CAP_NET_RAW = 13
 CAP_SYS_ADMIN = 21
 CAP_BPF = 39
 
@@ -21,6 +22,13 @@ def preflight(action: str) -> None:
     capabilities, and bpffs mounted."""
     require_bpf_admin(action)
     require_bpffs()
+
+
+def require_net_raw(action: str) -> None:
+    """Raise unless we hold CAP_NET_RAW, which an AF_XDP socket needs."""
+    if not _effective_caps() & (1 << CAP_NET_RAW):
+        raise ZerolayerError(f"{action} needs root (CAP_NET_RAW, for an AF_XDP socket): "
+                             "run it with sudo")
 
 
 def require_bpf_admin(action: str) -> None:

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import netns
+from pyxdp.kernel import netns, routes
 from pyxdp.lab import traffic
 from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.proto import counters, frames
@@ -323,15 +323,8 @@ def route_from_interface(ifname: str, netns_name: str | None, destinations,
         for family, version in ((socket.AF_INET, 4), (socket.AF_INET6, 6)):
             addrs = [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=index, family=family)]
             own[version] = addrs[0] if addrs else None
-        if dst_mac is None:
-            first = next(iter(dst.values()))
-            neigh = [n.get_attr("NDA_LLADDR") for n in ipr.get_neighbours(ifindex=index, dst=first)]
-            neigh = [n for n in neigh if n]
-            if not neigh:
-                raise ZerolayerError(
-                    f"no neighbour entry for {first} on {ifname}: pass --dst-mac"
-                )
-            dst_mac = neigh[0]
+    if dst_mac is None:
+        dst_mac = routes.neighbour(next(iter(dst.values())), ifname, netns_name)
     for version in dst:
         if not own[version]:
             raise ZerolayerError(f"{ifname} has no IPv{version} address to send from")

@@ -1,1 +1,1 @@
-"""AF_XDP sockets on the rx queues zerolayer's program redirects to: rings, UMEM, batches of frames, and `zerolayer listen`."""
+"""AF_XDP: receiving on the rx queues zerolayer's program redirects to (rings, UMEM, batches of frames, `zerolayer listen`) and sending (transmit sockets, TokenSender, `zerolayer emit`)."""

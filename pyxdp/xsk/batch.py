@@ -45,10 +45,11 @@ HEADER_WINDOW = PARSED_L2_OVERHEAD + IPV4_MAX_HLEN + UDP_HLEN
 _WINDOW_SPAN = np.arange(HEADER_WINDOW, dtype=np.int64)
 
 
-def _rows(buf: np.ndarray, width: int) -> np.ndarray:
+def byte_rows(buf: np.ndarray, width: int) -> np.ndarray:
     """Every WIDTH-byte run of BUF, as rows of a view (no copy): indexing it
     with N start offsets copies N runs, a memcpy each, where indexing BUF
-    byte by byte would compute N × WIDTH indexes."""
+    byte by byte would compute N × WIDTH indexes; assigning to it so
+    indexed writes N runs into BUF in place."""
     return np.ndarray((max(len(buf) - width + 1, 0), width), np.uint8, buffer=buf,
                       strides=(1, 1))
 
@@ -56,7 +57,7 @@ def _rows(buf: np.ndarray, width: int) -> np.ndarray:
 def _windows(umem: np.ndarray, addr: np.ndarray) -> np.ndarray:
     """The first HEADER_WINDOW bytes of each packet, (n, HEADER_WINDOW)."""
     if not len(addr) or int(addr.max()) <= len(umem) - HEADER_WINDOW:
-        return _rows(umem, HEADER_WINDOW)[addr.astype(np.int64)]
+        return byte_rows(umem, HEADER_WINDOW)[addr.astype(np.int64)]
     # A packet in UMEM's last bytes (not where the kernel puts one: chunks
     # keep 256 bytes of headroom): read it byte by byte, clamped.
     return umem[np.minimum(addr.astype(np.int64)[:, None] + _WINDOW_SPAN, len(umem) - 1)]
@@ -86,7 +87,7 @@ def parse_headers(umem: np.ndarray, addr: np.ndarray, length: np.ndarray) -> Hea
     def columns(col, width):
         """WIDTH bytes of each row from its column COL (never past its row:
         HEADER_WINDOW covers the longest header stack)."""
-        return _rows(window, width)[base + col]
+        return byte_rows(window, width)[base + col]
 
     def be16(col):
         return columns(col, 2).view(">u2").ravel().astype(np.int64)
@@ -216,6 +217,14 @@ class Batch:
         if not self._released:
             self._released = True
             self._xsk.recycle(self.addr)
+
+    def release_except(self, taken: np.ndarray) -> None:
+        """Release, except the chunks of the datagrams where TAKEN (a mask)
+        is true: those are a transmit socket's now, and go back to the fill
+        ring when their sends complete (pyxdp/xsk/send_on.py)."""
+        if not self._released:
+            self._released = True
+            self._xsk.recycle(self.addr[~taken])
 
     def __enter__(self) -> "Batch":
         return self

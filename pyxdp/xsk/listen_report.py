@@ -4,7 +4,7 @@ queue, the datagrams and frames delivered, those the socket lost and why
 
 from dataclasses import dataclass
 
-from pyxdp.xsk.socket import XskStatistics
+from pyxdp.xsk.afxdp import XskStatistics
 
 
 @dataclass

@@ -82,6 +82,8 @@ class _LibXdp:
                                   _RING_P, ctypes.c_uint32, _U32_P)
         self.prod_submit = _bind(lib, "xsk_ring_prod__submit", None, _RING_P, ctypes.c_uint32)
         self.prod_needs_wakeup = _bind(lib, "xsk_ring_prod__needs_wakeup", ctypes.c_int, _RING_P)
+        self.prod_nb_free = _bind(lib, "xsk_prod_nb_free", ctypes.c_uint32, _RING_P,
+                                  ctypes.c_uint32)
 
 
 _lib: _LibXdp | None = None
@@ -159,14 +161,7 @@ class RxRing(_Ring):
         if not n:
             return _EMPTY_ADDR, _EMPTY_LEN
         start = self._idx.value & (self.size - 1)
-        end = start + n
-        if end <= self.size:
-            addr = self._addr[start:end].copy()
-            length = self._len[start:end].copy()
-        else:  # wraps around the end of the ring
-            wrap = end - self.size
-            addr = np.concatenate((self._addr[start:], self._addr[:wrap]))
-            length = np.concatenate((self._len[start:], self._len[:wrap]))
+        addr, length = _copy_out(self._addr, start, n), _copy_out(self._len, start, n)
         self._lib.cons_release(self._ref, n)
         return addr, length
 
@@ -197,6 +192,81 @@ class FillRing(_Ring):
     @property
     def needs_wakeup(self) -> bool:
         return bool(self._lib.prod_needs_wakeup(self._ref))
+
+
+class TxRing(_Ring):
+    """Descriptors of frames to send: we produce, the kernel consumes."""
+
+    def __init__(self, fd, pgoff, offsets, size):
+        super().__init__(fd, pgoff, offsets, size, DESC_WORDS * 4)
+        self._ring.cached_cons = size  # as the fill ring: one ring size ahead
+        words = self._entries(np.uint32, size * DESC_WORDS).reshape(size, DESC_WORDS)
+        self._addr = self._entries(np.uint64, size * 2).reshape(size, 2)[:, 0]
+        self._len, self._options = words[:, 2], words[:, 3]
+
+    def _drop_views(self) -> None:
+        self._addr = self._len = self._options = None
+
+    def room(self, wanted: int) -> int:
+        """How many descriptors fit now (at most the ring size). The kernel's
+        consumer index is read (acquire) only when the cached one shows
+        fewer than WANTED free."""
+        return self._lib.prod_nb_free(self._ref, wanted)
+
+    def put(self, addr: np.ndarray, length: np.ndarray) -> int:
+        """Publish as many of the descriptors (ADDR, LENGTH) as fit, from
+        the first; returns how many."""
+        n = min(len(addr), self.room(len(addr)))
+        if not n or not self._lib.prod_reserve(self._ref, n, self._idx_ref):
+            return 0
+        start = self._idx.value & (self.size - 1)
+        first = min(n, self.size - start)
+        for column, values in ((self._addr, addr), (self._len, length)):
+            column[start:start + first] = values[:first]
+            column[:n - first] = values[first:n]
+        self._options[start:start + first] = 0
+        self._options[:n - first] = 0
+        self._lib.prod_submit(self._ref, n)  # store-release, after the writes above
+        return n
+
+    @property
+    def unsent(self) -> int:
+        """Descriptors published that the kernel has not said it took: its
+        consumer index may lag what it sent (pyxdp/xsk/tx.py, push)."""
+        return self.size - self.room(self.size)
+
+    @property
+    def needs_wakeup(self) -> bool:
+        return bool(self._lib.prod_needs_wakeup(self._ref))
+
+
+class CompletionRing(_Ring):
+    """Addresses of sent frames whose chunks the kernel is done with: the
+    kernel produces, we consume."""
+
+    def __init__(self, fd, pgoff, offsets, size):
+        super().__init__(fd, pgoff, offsets, size, 8)
+        self._addr = self._entries(np.uint64, size)
+
+    def _drop_views(self) -> None:
+        self._addr = None
+
+    def take(self, limit: int) -> np.ndarray:
+        """Up to LIMIT completed addresses, copied, and released to the kernel."""
+        n = self._lib.cons_peek(self._ref, limit, self._idx_ref)
+        if not n:
+            return _EMPTY_ADDR
+        addr = _copy_out(self._addr, self._idx.value & (self.size - 1), n)
+        self._lib.cons_release(self._ref, n)
+        return addr
+
+
+def _copy_out(column: np.ndarray, start: int, n: int) -> np.ndarray:
+    """N entries of a ring's COLUMN from START, copied, wrapping at its end."""
+    end = start + n
+    if end <= len(column):
+        return column[start:end].copy()
+    return np.concatenate((column[start:], column[:end - len(column)]))
 
 
 _EMPTY_ADDR = np.empty(0, np.uint64)

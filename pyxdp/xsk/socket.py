@@ -10,9 +10,11 @@ In an asyncio program, `async for batch in xsk.batches():` reads the same
 batches without a thread (pyxdp/xsk/aio.py).
 
 A socket owns a UMEM (anonymous memory cut into chunks), a fill ring, an RX
-ring and the completion ring the kernel insists on, is bound to one
-(interface, rx queue) with XDP_USE_NEED_WAKEUP, and registers itself in the
-XSKMAP pinned by `zerolayer attach` at key = queue, which is where the XDP
+ring and a completion ring (of one entry, which the kernel insists on,
+unless a transmit socket is to share the UMEM: pyxdp/xsk/tx.py), is bound
+to one (interface, rx queue) with XDP_USE_NEED_WAKEUP (pyxdp/xsk/afxdp.py
+does what receiving and sending share), and registers itself in the XSKMAP
+pinned by `zerolayer attach` at key = queue, which is where the XDP
 program redirects that queue's valid token datagrams. close() (or leaving
 the `with` block, including on Ctrl-C or SIGTERM) deletes the entry before
 closing the socket, so valid datagrams fall back to the kernel at once; if
@@ -49,102 +51,23 @@ shared library guarantees; arm64 gets LDAR/STLR from libxdp's __atomic
 builtins. Measured by pyxdp.bench.xsk_vs_udp.
 """
 
-import ctypes
-import errno
-import mmap
 import os
 import select
-import socket
 import struct
-import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
-from pyxdp.kernel import netns as netns_mod
-from pyxdp.kernel.signals import ClosedOnExit
 from pyxdp.proto.ethernet import PARSED_L2_OVERHEAD
 from pyxdp.xdp import ownership
 from pyxdp.xdp.maps import SPECS, BpfMap
 from pyxdp.xsk import aio, sizing
+from pyxdp.xsk.afxdp import BIND_MODES, CHUNK_SIZES, AfXdpSocket, check_size
 from pyxdp.xsk.batch import Batch
-from pyxdp.xsk.rings import MMAP_OFFSETS_SIZE, FillRing, RxRing, mmap_offsets
-
-AF_XDP = 44
-SOL_XDP = 283
-XDP_MMAP_OFFSETS = 1
-XDP_RX_RING = 2
-XDP_UMEM_REG = 4
-XDP_UMEM_FILL_RING = 5
-XDP_UMEM_COMPLETION_RING = 6
-XDP_STATISTICS = 7
-XDP_OPTIONS = 8
-XDP_OPTIONS_ZEROCOPY = 1
-
-XDP_COPY = 1 << 1
-XDP_ZEROCOPY = 1 << 2
-XDP_USE_NEED_WAKEUP = 1 << 3
-
-XDP_PGOFF_RX_RING = 0
-XDP_UMEM_PGOFF_FILL_RING = 0x100000000
 
 XDP_PACKET_HEADROOM = 256  # the kernel keeps this much of each chunk in front
-CHUNK_SIZES = (2048, 4096)
-SOCKADDR_XDP = struct.Struct("=HHIII")  # family, flags, ifindex, queue_id, shared_umem_fd
-UMEM_REG = struct.Struct("=QQIIII")  # addr, len, chunk_size, headroom, flags, tx_metadata_len
-STATISTICS = struct.Struct("=6Q")
-
-BIND_MODES = ("auto", "zerocopy", "copy")
-BUSY_RETRY_S = 1.0
-# What bind() says when a driver cannot do zero-copy.
-_NO_ZEROCOPY = (errno.EOPNOTSUPP, errno.EINVAL, errno.EPROTONOSUPPORT)
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _bind(fd: int, addr: bytes) -> None:
-    """bind(2) through libc: Python's socket.bind() does not know AF_XDP."""
-    if _libc.bind(fd, addr, len(addr)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-@dataclass(frozen=True)
-class XskStatistics:
-    """getsockopt(XDP_STATISTICS), the kernel's names. In copy mode a frame
-    lost to an empty fill ring counts in rx_fill_ring_empty_descs *and* in
-    rx_dropped (the kernel drops it); rx_dropped also counts frames too big
-    for a chunk. Lost frames are rx_dropped + rx_ring_full."""
-
-    rx_dropped: int = 0
-    rx_invalid_descs: int = 0
-    tx_invalid_descs: int = 0
-    rx_ring_full: int = 0
-    rx_fill_ring_empty_descs: int = 0
-    tx_ring_empty_descs: int = 0
-
-    @property
-    def lost(self) -> int:
-        return self.rx_dropped + self.rx_ring_full
-
-    def lost_by_reason(self, mode: str) -> dict[str, int | None]:
-        """The lost frames by why (docs/spec.md §5.7): the RX ring was full
-        (the reader fell behind), no UMEM chunk was free (the reader held
-        them all), or a frame was longer than a chunk. In zero-copy mode the
-        driver drops a frame it has no chunk for before the socket sees it:
-        the socket cannot count those (None), the NIC's statistics do."""
-        if mode == "copy":
-            return {"rx_ring_full": self.rx_ring_full,
-                    "no_free_chunk": self.rx_fill_ring_empty_descs,
-                    "too_long": self.rx_dropped - self.rx_fill_ring_empty_descs}
-        return {"rx_ring_full": self.rx_ring_full, "no_free_chunk": None,
-                "too_long": self.rx_dropped}
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def _chunk_size_for(mtu: int) -> int:
@@ -153,47 +76,52 @@ def _chunk_size_for(mtu: int) -> int:
     return small if mtu + PARSED_L2_OVERHEAD <= small - XDP_PACKET_HEADROOM else CHUNK_SIZES[1]
 
 
-def _check_size(name: str, value: int) -> None:
-    wrong = sizing.problem(value)
-    if wrong:
-        raise ZerolayerError(f"{name} {wrong}")
-
-
-class XskSocket(ClosedOnExit):
+class XskSocket(AfXdpSocket):
     """An AF_XDP socket on IFNAME's rx queue QUEUE (inside NETNS), registered
     with the zerolayer program attached there.
 
     frames: UMEM chunks, all of them in the fill ring to start with (a power
     of two); chunk_size: 2048 or 4096 (default: 2048 when the interface's
     MTU fits in it); rx_size: RX ring entries; bind: "auto" (zero-copy,
-    else copy), "zerocopy" (or fail) or "copy".
+    else copy), "zerocopy" (or fail) or "copy"; completion_size: 1 unless a
+    transmit socket will share this UMEM (pyxdp.xsk.tx.XskTxSocket),
+    whose sent chunks come back here (a power of two, at least its TX ring).
     """
 
     def __init__(self, ifname: str, queue: int = 0, *, netns: str | None = None,
                  frames: int = 4096, chunk_size: int | None = None, rx_size: int = 2048,
-                 bind: str = "auto"):
+                 bind: str = "auto", completion_size: int = 1):
         if bind not in BIND_MODES:
             raise ZerolayerError(f"unknown bind mode {bind!r}: use one of {', '.join(BIND_MODES)}")
-        _check_size("frames", frames)
-        _check_size("rx_size", rx_size)
+        check_size("frames", frames)
+        check_size("rx_size", rx_size)
+        if completion_size != 1:
+            check_size("completion_size", completion_size)
         if chunk_size not in (None, *CHUNK_SIZES):
             raise ZerolayerError(f"chunk size must be 2048 or 4096, not {chunk_size}")
-        self.ifname, self.queue, self.netns = ifname, queue, netns
-        self.frames, self.rx_size = frames, rx_size
-        self.mode: str | None = None
-        self.mode_note: str | None = None
-        self._sock: socket.socket | None = None
+        self.rx_size = rx_size
         self._xsks: BpfMap | None = None
         self._registered = False
-        self._rings: list = []
         self._close_hooks: list[Callable[[], None]] = []
         try:
             ins = self._check_attached(ifname, netns, queue)
             self.mtu = ins.state.mtu
-            self.chunk_size = chunk_size or _chunk_size_for(self.mtu)
+            chunk = chunk_size or _chunk_size_for(self.mtu)
             # The largest frame a chunk holds; the kernel drops bigger ones (rx_dropped).
-            self.max_frame_len = self.chunk_size - XDP_PACKET_HEADROOM
-            self._open(frames, rx_size, bind)
+            self.max_frame_len = chunk - XDP_PACKET_HEADROOM
+            # At the end of a batch the kernel publishes the RX entries first and
+            # only then how far it read the fill ring, so a chunk can be back with
+            # us while its old fill slot still looks taken. With two slots per
+            # chunk there is always room to give every chunk back.
+            super().__init__(ifname, queue, netns=netns, frames=frames, chunk_size=chunk,
+                             rx_size=rx_size, fill_size=2 * frames,
+                             completion_size=completion_size, bind=bind)
+            fill, rx = self.memory.fill, self.rx
+            assert fill is not None and rx is not None  # asked for above
+            self._fill, self._rx, self._chunk_mask = fill, rx, self.memory.chunk_mask
+            self._fill.put(np.arange(frames, dtype=np.uint64) * np.uint64(self.chunk_size))
+            self._poll = select.poll()
+            self._poll.register(self.fileno(), select.POLLIN)
             self._register(ins.pin_dir)
         except BaseException:
             self.close()
@@ -211,94 +139,6 @@ class XskSocket(ClosedOnExit):
                 f"(0-{queues - 1}): there is no queue {queue}"
             )
         return ins
-
-    def _open(self, frames: int, rx_size: int, bind: str) -> None:
-        with netns_mod.entered(self.netns):
-            self.ifindex = socket.if_nametoindex(self.ifname)
-            try:
-                s = socket.socket(AF_XDP, socket.SOCK_RAW, 0)
-            except OSError as exc:
-                raise ZerolayerError(
-                    f"cannot create an AF_XDP socket ({exc.strerror}): the kernel needs "
-                    "CONFIG_XDP_SOCKETS"
-                ) from None
-        self._sock = s
-        fd = s.fileno()
-        try:
-            self._map_memory(s, frames, rx_size)
-        except OSError as exc:
-            raise ZerolayerError(
-                f"cannot set up {self.memory_bytes >> 20} MiB for an AF_XDP socket on queue "
-                f"{self.queue} of {self.ifname} ({frames} UMEM chunks of {self.chunk_size} bytes, "
-                f"an RX ring of {rx_size}): {exc.strerror}; ask for fewer"
-            ) from None
-        self._bind_mode(bind)
-        opts = struct.unpack("=I", s.getsockopt(SOL_XDP, XDP_OPTIONS, 4))[0]
-        self.mode = "zerocopy" if opts & XDP_OPTIONS_ZEROCOPY else "copy"
-        self._chunk_mask = np.uint64(~(self.chunk_size - 1) & 0xFFFFFFFFFFFFFFFF)
-        self._fill.put(np.arange(frames, dtype=np.uint64) * np.uint64(self.chunk_size))
-        self._poll = select.poll()
-        self._poll.register(fd, select.POLLIN)
-
-    def _map_memory(self, s: socket.socket, frames: int, rx_size: int) -> None:
-        """UMEM, registered with the socket, and the fill and RX rings."""
-        self._umem = mmap.mmap(-1, frames * self.chunk_size,
-                               mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
-        self.umem = np.frombuffer(self._umem, np.uint8)
-        self.umem_view = memoryview(self._umem)
-        s.setsockopt(SOL_XDP, XDP_UMEM_REG, UMEM_REG.pack(
-            self.umem.ctypes.data, len(self._umem), self.chunk_size, 0, 0, 0))
-        # At the end of a batch the kernel publishes the RX entries first and
-        # only then how far it read the fill ring, so a chunk can be back with
-        # us while its old fill slot still looks taken. With two slots per
-        # chunk there is always room to give every chunk back.
-        fill_size = 2 * frames
-        s.setsockopt(SOL_XDP, XDP_UMEM_FILL_RING, fill_size)
-        s.setsockopt(SOL_XDP, XDP_UMEM_COMPLETION_RING, 1)  # required; we never transmit
-        s.setsockopt(SOL_XDP, XDP_RX_RING, rx_size)
-        offsets = mmap_offsets(s.getsockopt(SOL_XDP, XDP_MMAP_OFFSETS, MMAP_OFFSETS_SIZE))
-        self._fill = FillRing(s.fileno(), XDP_UMEM_PGOFF_FILL_RING, offsets["fill"], fill_size)
-        self._rings.append(self._fill)
-        self._rx = RxRing(s.fileno(), XDP_PGOFF_RX_RING, offsets["rx"], rx_size)
-        self._rings.append(self._rx)
-
-    def _bind_mode(self, bind: str) -> None:
-        tries = {"auto": [XDP_ZEROCOPY, XDP_COPY], "zerocopy": [XDP_ZEROCOPY],
-                 "copy": [XDP_COPY]}[bind]
-        for i, flag in enumerate(tries):
-            try:
-                self._bind_queue(flag | XDP_USE_NEED_WAKEUP)
-                return
-            except OSError as exc:
-                if flag == XDP_ZEROCOPY and exc.errno in _NO_ZEROCOPY and i + 1 < len(tries):
-                    self.mode_note = (f"the driver of {self.ifname} refused a zero-copy bind "
-                                      f"({exc.strerror})")
-                    continue
-                raise ZerolayerError(self._bind_error(exc, flag)) from None
-
-    def _bind_queue(self, flags: int) -> None:
-        """bind(2), retrying EBUSY for a moment: the kernel frees a closed
-        socket's hold on its queue in a deferred work item, so a socket
-        closed (or a listener killed) just before may still hold it."""
-        addr = SOCKADDR_XDP.pack(AF_XDP, flags, self.ifindex, self.queue, 0)
-        deadline = time.monotonic() + BUSY_RETRY_S
-        while True:
-            try:
-                return _bind(self._socket.fileno(), addr)
-            except OSError as exc:
-                if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
-                    raise
-            time.sleep(0.01)
-
-    def _bind_error(self, exc: OSError, flag: int) -> str:
-        where = f"queue {self.queue} of {self.ifname}"
-        if exc.errno == errno.EBUSY:
-            return (f"{where} already has an AF_XDP socket bound (another `zerolayer listen`?"
-                    " see `ss --xdp`)")
-        if flag == XDP_ZEROCOPY and exc.errno in _NO_ZEROCOPY:
-            return (f"the driver of {self.ifname} cannot bind queue {self.queue} in zero-copy "
-                    f"mode ({exc.strerror}): use copy mode")
-        return f"binding an AF_XDP socket to {where} failed: {exc.strerror}"
 
     def _register(self, pin_dir: str) -> None:
         path = os.path.join(pin_dir, "xsks")
@@ -322,15 +162,6 @@ class XskSocket(ClosedOnExit):
         return self._xsks.info.id if self._xsks is not None else None
 
     # --- receiving ------------------------------------------------------------------
-
-    @property
-    def _socket(self) -> socket.socket:
-        if self._sock is None:
-            raise ZerolayerError(f"the AF_XDP socket on {self.ifname} queue {self.queue} is closed")
-        return self._sock
-
-    def fileno(self) -> int:
-        return self._socket.fileno()
 
     def recv(self, max_frames: int = 256, timeout: float | None = 0.0) -> Batch:
         """Up to MAX_FRAMES received frames, waiting up to TIMEOUT seconds
@@ -358,15 +189,6 @@ class XskSocket(ClosedOnExit):
         The fill ring has two slots per chunk, so they always fit."""
         if len(addr) and not self.closed:
             self._fill.put(addr & self._chunk_mask)
-
-    def frame(self, addr: int, length: int) -> memoryview:
-        """The bytes of one received frame, in place in UMEM."""
-        return self.umem_view[addr:addr + length]
-
-    def statistics(self) -> XskStatistics:
-        raw = self._socket.getsockopt(SOL_XDP, XDP_STATISTICS, STATISTICS.size)
-        raw = raw.ljust(STATISTICS.size, b"\0")  # older kernels fill fewer fields
-        return XskStatistics(*STATISTICS.unpack(raw))
 
     def notes(self) -> list[str]:
         """What a user should know before trusting what this socket gets."""
@@ -420,17 +242,4 @@ class XskSocket(ClosedOnExit):
         if self._xsks is not None:
             self._xsks.close()
             self._xsks = None
-        for ring in self._rings:  # a ring mapping keeps the socket alive
-            ring.close()
-        self._rings = []
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        # UMEM stays mapped while a caller still holds a view of it; this
-        # object lets go of its own (they were never made if _open failed).
-        for name in ("_umem", "umem_view", "umem"):
-            self.__dict__.pop(name, None)
-
-    @property
-    def closed(self) -> bool:
-        return self._sock is None
+        super().close()

@@ -1,0 +1,336 @@
+"""AF_XDP transmit on real veth pairs: `zerolayer emit` and TokenSender on
+the lab's peer0 (which runs no XDP program: copy-mode sending needs none),
+received in the dut namespace by a UDP socket (the kernel checks every
+checksum on the way), by a raw capture of dut0 (for the reference judge)
+and by zerolayer's counters on dut0 (what arrived at XDP)."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from cli_runner import ZEROLAYER
+from pyxdp.errors import ZerolayerError
+from pyxdp.proto import counters, datagram, judge
+from pyxdp.proto.frames import DEFAULT_PORT, Frame, FrameType
+from pyxdp.xdp import stats
+from pyxdp.xsk.sender import TokenSender
+from pyxdp.xsk.tx import XskTxSocket
+from tx_helpers import Capture, UdpReceiver, emitted_payload, enable_peer_ipv6, udp_counters
+from xdp_helpers import one_line_error
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def lab(module_lab):
+    """The module's lab, zerolayer on dut0, IPv6 on at the peer too."""
+    enable_peer_ipv6(module_lab)
+    return module_lab
+
+
+def address(lab, version: int) -> str:
+    return f"[{lab.dut.ipv6}]" if version == 6 else lab.dut.ipv4
+
+
+def token_datagrams(lab) -> int:
+    return counters.flatten(stats.read(lab.dut.ifname, lab.dut.netns)["counters"])[
+        "token_datagrams"]
+
+
+def emit(lab, *args, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([ZEROLAYER, "emit", lab.peer.ifname, "--netns", lab.peer.netns,
+                           *map(str, args)], capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+# --- exact datagrams ------------------------------------------------------------------
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("version", [4, 6])
+@pytest.mark.parametrize("k,b", [(1, 16), (4, 40)])
+def test_emit_delivers_exactly_n_datagrams_with_exact_bytes(lab, version, k, b):
+    n = 2000
+    receiver, capture = UdpReceiver(lab, version, DEFAULT_PORT), Capture(lab)
+    udp_before, counted_before = udp_counters(lab, version), token_datagrams(lab)
+    try:
+        proc = emit(lab, "--to", f"{address(lab, version)}:{DEFAULT_PORT}", "--count", n,
+                    "--frames-per-datagram", k, "--payload-size", b, "--json")
+        got = receiver.drain(expect=n)
+        frames = capture.udp_to(DEFAULT_PORT)
+    finally:
+        receiver.close()
+        capture.close()
+    report = json.loads(proc.stdout)
+    assert (report["submitted"], report["completed"]) == (n, n)
+    assert set(report["not_sent"].values()) == {0}
+    assert report["mode"] == "copy"  # veth: never claimed zero-copy
+    # Exactly N, in order, byte for byte, from the source the report names.
+    assert [payload for payload, _ in got] == [emitted_payload(d, k, b) for d in range(n)]
+    host, _, port = report["from"].rpartition(":")
+    assert {(src[0], src[1]) for _, src in got} == {(host.strip("[]"), int(port))}
+    # The kernel's UDP stack took every checksum: no error counted.
+    udp_after = udp_counters(lab, version)
+    for name in ("InCsumErrors", "InErrors"):
+        assert udp_after[name] == udp_before[name], name
+    assert udp_after["InDatagrams"] - udp_before["InDatagrams"] == n
+    # The reference judge and the XDP program both find every one valid.
+    assert len(frames) == n
+    for frame in frames:
+        verdict = judge.expected(frame, {DEFAULT_PORT})
+        assert verdict.counters["token_datagrams"] == 1 and verdict.action == judge.XDP_PASS
+        assert verdict.judgement.frames[FrameType.TOKEN - 1] == k
+    assert token_datagrams(lab) - counted_before == n
+
+
+@pytest.mark.kernel
+def test_a_rate_paces_the_datagrams(lab):
+    receiver = UdpReceiver(lab, 4, DEFAULT_PORT)
+    try:
+        report = json.loads(emit(lab, "--to", f"{lab.dut.ipv4}:{DEFAULT_PORT}", "--count", 600,
+                                 "--rate", 3000, "--json").stdout)
+        got = receiver.drain(expect=600)
+    finally:
+        receiver.close()
+    assert len(got) == report["completed"] == 600
+    # 600 at 3000/s take 0.2 s, less the first millisecond's burst: no
+    # faster than asked; the lower bound leaves room for a busy machine.
+    assert report["rate"] == 3000
+    assert 600 <= report["rate_pps"] <= 3000 * 1.1
+    assert report["elapsed_s"] >= 0.19
+
+
+@pytest.mark.kernel
+def test_ctrl_c_stops_reaps_and_reports(lab):
+    before = token_datagrams(lab)
+    proc = subprocess.Popen([ZEROLAYER, "emit", lab.peer.ifname, "--netns", lab.peer.netns,
+                             "--to", f"{lab.dut.ipv4}:{DEFAULT_PORT}", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        started = proc.stderr.readline()  # it says so once it is sending
+        assert started.startswith("emitting on"), started
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert report["interrupted"] and report["count"] is None
+    assert report["submitted"] == report["completed"] > 0
+    assert report["not_sent"]["in_flight"] == 0
+    time.sleep(0.2)
+    assert token_datagrams(lab) - before == report["completed"] - report["link"]["tx_dropped"]
+
+
+# --- packing frames -------------------------------------------------------------------
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("version", [4, 6])
+@pytest.mark.parametrize("payload,count,per_datagram", [
+    (b"t" * 16, 100, [32, 32, 32, 4]),  # the frame budget (docs/spec.md §1.4) ends each
+    (b"x" * 300, 20, [4, 4, 4, 4, 4]),  # the MTU does: 4 x 305 bytes fit 1472 (or 1452)
+])
+def test_send_packs_frames_up_to_the_mtu_and_32_frames(lab, version, payload, count,
+                                                       per_datagram):
+    sent = [Frame(FrameType.TOKEN, payload + str(i).encode()) for i in range(count)]
+    receiver = UdpReceiver(lab, version, DEFAULT_PORT)
+    try:
+        with TokenSender(lab.peer.ifname, f"{address(lab, version)}:{DEFAULT_PORT}",
+                         netns=lab.peer.netns) as sender:
+            assert sender.send(sent) == len(per_datagram)
+            assert sender.flush() == 0
+            limit = sender.max_payload
+        got = [datagram.decode_datagram(p) for p, _ in receiver.drain(len(per_datagram))]
+    finally:
+        receiver.close()
+    assert limit == 1500 - (28 if version == 4 else 48)
+    assert [len(d) for d in got] == per_datagram
+    assert [f for d in got for f in d] == sent
+
+
+@pytest.mark.kernel
+def test_the_route_mtu_bounds_the_datagrams(lab):
+    from pyroute2 import IPRoute
+
+    with lab.in_peer(), IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=lab.peer.ifname)[0]
+        ipr.route("add", dst=f"{lab.dut.ipv4}/32", oif=idx, metrics={"mtu": 600})
+    try:
+        receiver = UdpReceiver(lab, 4, DEFAULT_PORT)
+        with TokenSender(lab.peer.ifname, f"{lab.dut.ipv4}:{DEFAULT_PORT}",
+                         netns=lab.peer.netns) as sender:
+            assert (sender.mtu, sender.max_payload) == (600, 572)
+            sender.send([Frame(FrameType.TOKEN, b"y" * 95)] * 12)  # 100 bytes each: 5 fit
+            sender.flush()
+            with pytest.raises(ZerolayerError, match="does not fit a datagram"):
+                sender.send([Frame(FrameType.TOKEN, b"z" * 600)])
+        got = receiver.drain(3)
+        receiver.close()
+    finally:
+        with lab.in_peer(), IPRoute() as ipr:
+            ipr.route("del", dst=f"{lab.dut.ipv4}/32", oif=idx)
+    assert [len(p) for p, _ in got] == [500, 500, 200]
+
+
+# --- sharing a UMEM: send on what was received ------------------------------------------
+
+@pytest.mark.kernel
+def test_a_received_datagram_is_sent_on_from_its_own_chunk(lab):
+    """RX socket (registered with zerolayer on dut0) and TX socket on one
+    queue, one UMEM: each datagram from the peer is sent back out of the
+    chunk it arrived in, headers rewritten in place, and reaches a UDP
+    socket in the peer namespace byte for byte. A UMEM of 64 chunks
+    carries 1,000 datagrams, so completed chunks do go back to be filled."""
+    import socket
+
+    import numpy as np
+
+    from pyxdp.kernel import routes
+    from pyxdp.xsk import headers
+    from pyxdp.xsk.send_on import send_on
+    from pyxdp.xsk.socket import XskSocket
+
+    with lab.in_peer():
+        peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind((lab.peer.ipv4, 0))
+    peer.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)
+    peer.settimeout(2.0)
+    port = peer.getsockname()[1]
+    hop = routes.resolve(lab.peer.ipv4, lab.dut.ifname, lab.dut.netns)
+    back = headers.template(hop.src_mac, hop.dst_mac, hop.src, lab.peer.ipv4, DEFAULT_PORT, port)
+    sent = [f"token {i} ✓".encode() * (1 + i % 7) for i in range(1000)]
+    echoed, same_chunk = [], True
+    with XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, frames=64, rx_size=64,
+                   completion_size=64) as rx, \
+            XskTxSocket(lab.dut.ifname, 0, netns=lab.dut.netns, tx_size=64,
+                        share_umem_of=rx) as tx:
+        assert tx.mode == rx.mode == "copy"
+        for start in range(0, len(sent), 32):  # within what 64 chunks hold
+            for text in sent[start:start + 32]:
+                peer.sendto(Frame(FrameType.TOKEN, text).encode(), (lab.dut.ipv4, DEFAULT_PORT))
+            want = len(sent[start:start + 32])
+            while want:
+                batch = rx.recv(want, timeout=2.0)
+                assert batch, "the datagrams did not reach the AF_XDP socket"
+                chunks = batch.addr & rx.memory.chunk_mask
+                out = send_on(batch, tx, back)
+                same_chunk &= bool(np.array_equal(out & rx.memory.chunk_mask, chunks))
+                want -= len(out)
+            assert tx.flush() == 0
+            echoed += [peer.recvfrom(2048) for _ in range(len(sent[start:start + 32]))]
+        assert tx.tally.completed == len(sent) and rx.statistics().rx_dropped == 0
+    peer.close()
+    assert same_chunk
+    assert [datagram.decode_datagram(p) for p, _ in echoed] == \
+        [[Frame(FrameType.TOKEN, t)] for t in sent]
+    assert {src for _, src in echoed} == {(lab.dut.ipv4, DEFAULT_PORT)}
+
+
+def test_sharing_needs_a_completion_ring(lab):
+    from pyxdp.xsk.socket import XskSocket
+
+    with XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, frames=64, rx_size=64) as rx:
+        with pytest.raises(ZerolayerError, match="completion_size=2048"):
+            XskTxSocket(lab.dut.ifname, 0, netns=lab.dut.netns, share_umem_of=rx)
+
+
+# --- the kernel's side of sending --------------------------------------------------------
+
+@pytest.mark.kernel
+def test_copy_mode_sends_at_most_its_budget_per_kick(lab):
+    """256 frames submitted at once: with the kernel's own budget (32) a
+    push takes 8 kicks; where the kernel lets the budget be raised to the
+    ring's size (XDP_MAX_TX_SKB_BUDGET, 6.17+), one."""
+    import numpy as np
+
+    from pyxdp.kernel import routes
+    from pyxdp.xsk import headers
+    from pyxdp.xsk.tx import KERNEL_BUDGET
+
+    hop = routes.resolve(lab.dut.ipv4, lab.peer.ifname, lab.peer.netns)
+    t = headers.template(hop.src_mac, hop.dst_mac, hop.src, hop.dst, 40000, DEFAULT_PORT)
+    payload = Frame(FrameType.TOKEN, b"budget").encode()
+    rows, lengths = headers.payload_matrix([payload] * 256)
+    kicks = {}
+    for budget in (KERNEL_BUDGET, 256):
+        with XskTxSocket(lab.peer.ifname, 0, netns=lab.peer.netns, frames=512, tx_size=256,
+                         budget=budget) as tx:
+            addr = tx.chunks(256)
+            headers.byte_rows(tx.umem, rows.shape[1])[addr.astype(np.int64) + t.length] = rows
+            frame_len = headers.write(tx.umem, addr, lengths, headers.payload_sums(rows, lengths), t)
+            assert tx.submit(addr, frame_len.astype(np.uint32)) == 256
+            tx.push()
+            assert tx.flush() == 0
+            kicks[tx.budget] = tx.tally.kicks
+    raised = 256 in kicks
+    assert kicks == ({KERNEL_BUDGET: 8, 256: 1} if raised else {KERNEL_BUDGET: 8})
+
+
+def test_a_queue_held_by_a_receiving_socket_is_refused_in_one_line(lab):
+    from pyxdp.xsk.socket import XskSocket
+
+    with XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, frames=64, rx_size=64):
+        with pytest.raises(ZerolayerError, match="queue 0 of dut0 already has an AF_XDP socket"):
+            XskTxSocket(lab.dut.ifname, 0, netns=lab.dut.netns)
+
+
+# --- honest modes and errors ----------------------------------------------------------
+
+@pytest.mark.kernel
+def test_zerocopy_transmit_on_veth_is_refused_not_faked(lab):
+    with pytest.raises(ZerolayerError, match="cannot bind queue 0 in zero-copy mode"):
+        XskTxSocket(lab.peer.ifname, 0, netns=lab.peer.netns, bind="zerocopy")
+    with XskTxSocket(lab.peer.ifname, 0, netns=lab.peer.netns, bind="copy") as tx:
+        assert tx.mode == "copy" and tx.mode_note is None
+
+
+@pytest.mark.parametrize("to,message", [
+    ("10.255.0.1:9977", "no route to 10.255.0.1"),
+    ("198.18.0.77:9977", "no usable neighbour entry for 198.18.0.77 on peer0"),
+    ("198.18.0.2:9977", "198.18.0.2 is an address of this host"),
+    ("198.18.0.255:9977", "broadcast or multicast"),
+    ("198.18.0.1", "is not ADDR:PORT"),
+    ("fd00:7a1::1:9977", "is not ADDR:PORT"),
+])
+def test_destinations_that_cannot_be_sent_to_are_one_line(lab, to, message):
+    assert message in one_line_error(emit(lab, "--to", to, "--count", 1, check=False))
+
+
+def test_no_such_interface_is_one_line(cli):
+    proc = cli("emit", "zl-nosuch0", "--to", "127.0.0.1:9977", "--count", 1)
+    assert "no interface named 'zl-nosuch0'" in one_line_error(proc)
+
+
+def test_frames_that_do_not_fit_the_path_are_one_line(lab):
+    proc = emit(lab, "--to", f"{lab.dut.ipv4}:{DEFAULT_PORT}", "--count", 1,
+                "--frames-per-datagram", 32, "--payload-size", 100, check=False)
+    assert "make a 3360-byte UDP payload; this path carries at most 1472" in one_line_error(proc)
+
+
+def test_not_root_is_one_line():
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           "--inh-caps=-all", ZEROLAYER, "emit", "lo", "--to", "127.0.0.1:9",
+                           "--count", "1"], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"]})
+    assert "zerolayer emit needs root (CAP_NET_RAW" in one_line_error(proc)
+
+
+def test_usage_errors_exit_2(cli):
+    assert cli("emit", "lo").returncode == 2  # no --to
+    assert cli("emit", "lo", "--to", "127.0.0.1:9", "--frames-per-datagram", 33).returncode == 2
+    assert cli("emit", "lo", "--to", "127.0.0.1:9", "--rate", 0).returncode == 2
+    assert cli("emit", "lo", "--to", "127.0.0.1:9", "--dst-mac", "nope").returncode == 2
+
+
+def test_a_queue_the_interface_lacks_is_one_line(lab):
+    proc = emit(lab, "--to", f"{lab.dut.ipv4}:{DEFAULT_PORT}", "--count", 1, "--queue", 7,
+                check=False)
+    assert "queue 7 of peer0 failed" in one_line_error(proc)
+    assert "ethtool -l peer0" in proc.stderr
