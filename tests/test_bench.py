@@ -7,8 +7,8 @@ numbers belong to the benchmark, not to the tests."""
 import pytest
 
 from bench_helpers import DELIVERY_KEYS, assert_figure, bench_json
-from test_bench_tx import TX_KEYS
 from pyxdp.bench import runner as bench
+from test_bench_tx import TX_KEYS
 
 pytestmark = pytest.mark.root
 

@@ -11,6 +11,10 @@ pyxdp.bench.tiers) and the report keys of their figures.
 SECTIONS = ("parser", "xdp", "delivery", "tx", "forward", "relay")
 DEFAULT_SECTIONS = ("parser", "xdp", "delivery", "tx", "forward")
 
+# Datagrams each sender of the tx section sends per round (pyxdp.bench.tx).
+TX_DATAGRAMS = 500_000
+TX_QUICK_DATAGRAMS = 20_000
+
 TIERS = ("count", "touch", "act")
 TIER_WORK = {
     "count": "count datagrams, read no byte of a frame (UDP: recv_into)",

@@ -38,6 +38,7 @@ from collections.abc import Callable
 
 import psutil
 
+from pyxdp.bench import TX_DATAGRAMS, TX_QUICK_DATAGRAMS
 from pyxdp.bench.sendmmsg import MmsgSender
 from pyxdp.kernel import link_stats
 from pyxdp.proto import counters
@@ -46,8 +47,7 @@ from pyxdp.xdp import stats
 from pyxdp.xsk.sender import TokenSender
 from pyxdp.xsk.socket import XskSocket
 
-DATAGRAMS = 500_000
-QUICK_DATAGRAMS = 20_000
+DATAGRAMS, QUICK_DATAGRAMS = TX_DATAGRAMS, TX_QUICK_DATAGRAMS
 POOL = 256
 PAYLOAD_BYTES = 16
 MMSG_BATCH = POOL  # datagrams per call, for sendmmsg and TokenSender alike

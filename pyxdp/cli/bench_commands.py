@@ -6,10 +6,17 @@ import os
 
 import click
 
-from pyxdp.bench import DEFAULT_SECTIONS, SECTIONS, TIER_WORK, TIERS, delivery_keys
+from pyxdp.bench import (
+    DEFAULT_SECTIONS,
+    SECTIONS,
+    TIER_WORK,
+    TIERS,
+    TX_DATAGRAMS,
+    TX_QUICK_DATAGRAMS,
+    delivery_keys,
+)
 from pyxdp.bench import delivery as bench_delivery
 from pyxdp.bench import relay as bench_relay
-from pyxdp.bench import tx as bench_tx
 from pyxdp.cli.options import json_option, netns_option
 from pyxdp.cli.render import emit_json, table
 from pyxdp.errors import ZerolayerError
@@ -40,7 +47,7 @@ def _check_writable(path: str) -> None:
                    f"{bench_delivery.FRAMES:,}; {bench_delivery.QUICK_FRAMES:,} with --quick).")
 @click.option("--tx-datagrams", metavar="N", type=click.IntRange(min=1000), default=None,
               help="tx: datagrams each sender sends per round (default "
-                   f"{bench_tx.DATAGRAMS:,}; {bench_tx.QUICK_DATAGRAMS:,} with --quick).")
+                   f"{TX_DATAGRAMS:,}; {TX_QUICK_DATAGRAMS:,} with --quick).")
 @click.option("--relay-streams", metavar="N", type=click.IntRange(1, 1024), multiple=True,
               help="relay: concurrent streams of a run; repeat for more (default "
                    f"{', '.join(map(str, bench_relay.FULL.streams))}).")
