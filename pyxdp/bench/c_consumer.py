@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pyxdp.bench import c_build
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel.signals import die_with_parent
 from pyxdp.xdp import pins
 
 SOURCE = Path(__file__).with_name("xsk_consumer.c")
@@ -93,7 +94,8 @@ class CConsumer:
         # A child starts in the network namespace of the thread that forks it.
         with lab.in_dut():
             self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True)
+                                          stderr=subprocess.PIPE, text=True,
+                                          preexec_fn=die_with_parent)
         self._result: dict = {}
         try:
             self.mode = self._ready()["mode"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyxdp.bench import c_build
+from pyxdp.kernel.signals import die_with_parent
 
 PEERS = ("splice", "socat", "haproxy")
 _START_TIMEOUT = 5.0
@@ -53,6 +54,7 @@ class Peer:
 def start_all(upstream: str, names=PEERS) -> tuple[dict[str, Peer], dict[str, str]]:
     """Start each peer relaying 127.0.0.1:PORT to UPSTREAM (127.0.0.1:PORT).
     Returns the peers started and, for the others, why they were skipped."""
+    sweep_stale()
     started: dict[str, Peer] = {}
     skipped: dict[str, str] = {}
     try:
@@ -78,7 +80,8 @@ def _spawn(name: str, argv: list[str], workdir: str, port: int | None) -> Peer:
     log = open(os.path.join(workdir, "stderr"), "wb")
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=log, start_new_session=True, cwd=workdir)
+                                stderr=log, start_new_session=True, cwd=workdir,
+                                preexec_fn=die_with_parent)
     finally:
         log.close()
     peer = Peer(name, "", proc, workdir)
@@ -125,8 +128,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+WORKDIR_PREFIX = "zl-bench-"
+
+
 def _workdir(name: str) -> str:
-    return tempfile.mkdtemp(prefix=f"zl-bench-{name}-")
+    """A directory for one peer's files, named for this process so that
+    sweep_stale() can tell a dead run's from a live one's."""
+    return tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{name}-")
+
+
+def sweep_stale() -> list[str]:
+    """Remove the peer directories of runs whose process is gone (killed
+    before it could stop its peers; the peers themselves died with it)."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        pid = path.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+    return removed
 
 
 def _need(program: str) -> str:

@@ -4,8 +4,11 @@ interrupted anywhere; and as an exception that unwinds `with` blocks, for
 objects that must give kernel resources back on the way out."""
 
 import contextlib
+import ctypes
 import signal
 import threading
+
+PR_SET_PDEATHSIG = 1
 
 
 @contextlib.contextmanager
@@ -55,3 +58,11 @@ class ClosedOnExit:
             if self._previous_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
                 self._previous_sigterm = None
+
+
+def die_with_parent() -> None:
+    """A subprocess preexec_fn: the child gets SIGTERM when the thread that
+    started it ends, however it ends (PR_SET_PDEATHSIG), so a process
+    killed outright (SIGKILL, a test's timeout) leaves no helper running.
+    Start such children from a thread that lives as long as they should."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
