@@ -29,11 +29,10 @@ over every frame (generator.Mix's rewrite): XDP forwarding changes the
 frame in place, in a page the generator recycles.
 """
 
-import os
 import time
 
-from pyxdp.bench.load_thread import LoadThread
-from pyxdp.bench.xdp_path import CountProgram, flowing_rate, pump
+from pyxdp.bench.load_thread import flat_out
+from pyxdp.bench.xdp_path import CountProgram, flowing_rate
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import generator
 from pyxdp.lab.routed_lab import RoutedLab
@@ -99,10 +98,8 @@ def _rounds(lab: RoutedLab, sink: CountProgram, router: TokenProgram, floor: Pas
     out: dict[str, list[float]] = {f"{w}_dps": [] for w in WAYS}
     out["ratio"], out["judged_ratio"] = [], []
     router_before, received_before = router.maps.read_counters(), received()
-    cpus = sorted(os.sched_getaffinity(0))
     try:
-        with LoadThread("the generator thread", pump(gen, mix, chunk),
-                        cpu=cpus[0] if len(cpus) > 1 else None) as load:
+        with flat_out(gen, mix, chunk) as load:
             for r in range(rounds):
                 rates = {}
                 order = WAYS if r % 2 == 0 else WAYS[::-1]  # no way always first

@@ -61,3 +61,17 @@ class LoadThread(Generic[T]):
         self._thread.join()
         if exc[0] is None:  # an exception already on its way out wins
             self.check()
+
+
+def flat_out(gen, mix, chunk: int) -> "LoadThread[int]":
+    """The generator flat out, CHUNK frames a call, until stopped, in a
+    thread pinned to the first CPU this process may use (on veth the
+    receiver's work runs there too, so it stays on one CPU); its result is
+    the frames it sent."""
+    def load(stop: threading.Event) -> int:
+        sent = 0
+        while not stop.is_set():
+            sent += gen.run(mix, chunk).sent
+        return sent
+    cpus = sorted(os.sched_getaffinity(0))
+    return LoadThread("the generator thread", load, cpu=cpus[0] if len(cpus) > 1 else None)

@@ -17,12 +17,9 @@ dut0 saw are reported too: if dut0 saw fewer than were sent, the veth ring
 overflowed and the receiver, not the generator, set the pace.
 """
 
-import os
-import threading
 import time
-from collections.abc import Callable
 
-from pyxdp.bench.load_thread import LoadThread
+from pyxdp.bench.load_thread import flat_out
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.proto import counters
@@ -56,17 +53,6 @@ class CountProgram:
 
     def close(self) -> None:
         self._loaded.close()
-
-
-def pump(gen, mix, chunk: int) -> Callable[[threading.Event], int]:
-    """The generator flat out, chunk after chunk, until stopped: a load for
-    LoadThread that returns the frames it sent."""
-    def load(stop: threading.Event) -> int:
-        sent = 0
-        while not stop.is_set():
-            sent += gen.run(mix, chunk).sent
-        return sent
-    return load
 
 
 def flowing_rate(count, window_s: float) -> float:
@@ -114,11 +100,8 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
         attached = name
 
     names = list(contenders)
-    cpus = sorted(os.sched_getaffinity(0))
     try:
-        # The generator, and with it dut0's receive work, stays on one CPU.
-        with LoadThread("the generator thread", pump(gen, mix, chunk),
-                        cpu=cpus[0] if len(cpus) > 1 else None) as load:
+        with flat_out(gen, mix, chunk) as load:
             for r in range(rounds):
                 rates = {}
                 for name in (names if r % 2 == 0 else names[::-1]):  # neither always first

@@ -40,15 +40,19 @@ class Endpoint:
             f"{self.address}:{self.port}"
 
 
-def parse_endpoint(text: str) -> Endpoint:
-    """'198.18.0.1:9977' or '[fd00:7a1::1]:9977'. Numeric only: no resolver."""
+def parse_endpoint(text: str, *, any_port: bool = False) -> Endpoint:
+    """'198.18.0.1:9977' or '[fd00:7a1::1]:9977'. Numeric only: no resolver
+    (a relay must not stall on one either). ANY_PORT: port 0 too, for a
+    socket to bind to a port the kernel picks."""
     host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
         host = ""  # an IPv6 address needs its brackets, or the port is ambiguous
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ZerolayerError(f"{text!r} is not ADDR:PORT (IPv6 as [ADDR]:PORT, port 1-65535)")
+    lowest = 0 if any_port else 1
+    if not sep or not host or not port.isdigit() or not lowest <= int(port) < 65536:
+        raise ZerolayerError(f"{text!r} is not ADDR:PORT (IPv6 as [ADDR]:PORT, "
+                             f"port {lowest}-65535)")
     try:
         addr = ipaddress.ip_address(host)
     except ValueError:

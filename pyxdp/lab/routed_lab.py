@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 
 from pyxdp.kernel import ethtool, netns
-from pyxdp.lab.veth_lab import Endpoint, LabEnd, new_tag, write_sysctl
+from pyxdp.lab.veth_lab import Endpoint, LabEnd, NamespaceLab, new_tag, write_sysctl
 from pyxdp.xdp import pins
 
 # struct ifaddrmsg flags: usable at once, not after duplicate address detection
@@ -51,7 +51,7 @@ class Path:
             yield
 
 
-class RoutedLab:
+class RoutedLab(NamespaceLab):
     """Use as a context manager: the three namespaces (with their veths) and
     any pins under them are removed on exit, whatever happened."""
 
@@ -84,15 +84,7 @@ class RoutedLab:
         return (self.sender.netns, self.router_in.netns, self.receiver.netns)
 
     def __enter__(self) -> "RoutedLab":
-        try:
-            self._build()
-        except BaseException:
-            self.teardown()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.teardown()
+        return super().__enter__()
 
     def _build(self) -> None:
         for name in self.namespaces:

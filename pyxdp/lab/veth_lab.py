@@ -60,7 +60,29 @@ def unique_netns_name(role: str) -> str:
     return f"{new_tag()}-{role}"
 
 
-class Lab:
+class NamespaceLab:
+    """A lab of namespaces made on entering a `with` block and removed on
+    leaving it, whatever happened, half-built ones included."""
+
+    def __enter__(self):
+        try:
+            self._build()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.teardown()
+
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        raise NotImplementedError
+
+
+class Lab(NamespaceLab):
     """Use as a context manager: the namespaces, the veth pair and any pins
     under the dut namespace are removed on exit, whatever happened."""
 
@@ -78,15 +100,7 @@ class Lab:
         self.peer = LabEnd(f"{self.tag}-peer", "peer0", self.PEER_MAC, "198.18.0.2", "fd00:7a1::2")
 
     def __enter__(self) -> "Lab":
-        try:
-            self._build()
-        except BaseException:
-            self.teardown()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.teardown()
+        return super().__enter__()
 
     def _build(self) -> None:
         from pyroute2 import IPRoute

@@ -9,6 +9,7 @@ import struct
 import termios
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import routes
 
 # Python's socket module lacks these (asm-generic values, as x86 and arm use)
 SO_COOKIE = getattr(socket, "SO_COOKIE", 57)
@@ -22,19 +23,12 @@ _BYTES_RECEIVED = 128  # __u64 tcpi_bytes_received (the FIN counts as one)
 
 
 def parse_address(text: str) -> tuple[int, tuple]:
-    """'127.0.0.1:9977' or '[::1]:9977' -> (family, sockaddr). Numeric only:
-    a relay must not stall on a resolver."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ZerolayerError(f"{text!r} is not ADDR:PORT (IPv6 as [ADDR]:PORT)")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        socket.inet_pton(family, host)
-    except OSError:
-        raise ZerolayerError(f"{host!r} is not a numeric IPv4 or IPv6 address") from None
-    return family, ((host, int(port)) if family == socket.AF_INET else (host, int(port), 0, 0))
+    """'127.0.0.1:9977' or '[::1]:9977' (port 0: the kernel picks one) ->
+    (family, sockaddr)."""
+    ep = routes.parse_endpoint(text, any_port=True)
+    if ep.version == 4:
+        return socket.AF_INET, (ep.address, ep.port)
+    return socket.AF_INET6, (ep.address, ep.port, 0, 0)
 
 
 def format_address(sockaddr: tuple) -> str:
