@@ -23,6 +23,7 @@ CAPABILITIES = {
     "xdp_skb": "XDP skb",
     "af_xdp_copy": "AF_XDP copy",
     "af_xdp_zero_copy": "AF_XDP zero-copy",
+    "af_xdp_tx": "AF_XDP transmit",
     "xdp_forwarding": "XDP forwarding",
     "relay": "TCP relay (sockmap)",
     "flows": "flow tracking",

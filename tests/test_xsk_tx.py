@@ -52,9 +52,10 @@ def emit(lab, *args, check: bool = True) -> subprocess.CompletedProcess:
 # --- exact datagrams ------------------------------------------------------------------
 
 @pytest.mark.kernel
+@pytest.mark.capability("af_xdp_tx")
 @pytest.mark.parametrize("version", [4, 6])
 @pytest.mark.parametrize("k,b", [(1, 16), (4, 40)])
-def test_emit_delivers_exactly_n_datagrams_with_exact_bytes(lab, version, k, b):
+def test_emit_delivers_exactly_n_datagrams_with_exact_bytes(lab, version, k, b, record_property):
     n = 2000
     receiver, capture = UdpReceiver(lab, version, DEFAULT_PORT), Capture(lab)
     udp_before, counted_before = udp_counters(lab, version), token_datagrams(lab)
@@ -70,6 +71,7 @@ def test_emit_delivers_exactly_n_datagrams_with_exact_bytes(lab, version, k, b):
     assert (report["submitted"], report["completed"]) == (n, n)
     assert set(report["not_sent"].values()) == {0}
     assert report["mode"] == "copy"  # veth: never claimed zero-copy
+    record_property("seen", "copy mode on veth, IPv4 and IPv6")
     # Exactly N, in order, byte for byte, from the source the report names.
     assert [payload for payload, _ in got] == [emitted_payload(d, k, b) for d in range(n)]
     host, _, port = report["from"].rpartition(":")
@@ -182,7 +184,8 @@ def test_the_route_mtu_bounds_the_datagrams(lab):
 # --- sharing a UMEM: send on what was received ------------------------------------------
 
 @pytest.mark.kernel
-def test_a_received_datagram_is_sent_on_from_its_own_chunk(lab):
+@pytest.mark.capability("af_xdp_tx")
+def test_a_received_datagram_is_sent_on_from_its_own_chunk(lab, record_property):
     """RX socket (registered with zerolayer on dut0) and TX socket on one
     queue, one UMEM: each datagram from the peer is sent back out of the
     chunk it arrived in, headers rewritten in place, and reaches a UDP
@@ -212,6 +215,7 @@ def test_a_received_datagram_is_sent_on_from_its_own_chunk(lab):
             XskTxSocket(lab.dut.ifname, 0, netns=lab.dut.netns, tx_size=64,
                         share_umem_of=rx) as tx:
         assert tx.mode == rx.mode == "copy"
+        record_property("seen", "shared UMEM, sent from the chunk received")
         for start in range(0, len(sent), 32):  # within what 64 chunks hold
             for text in sent[start:start + 32]:
                 peer.sendto(Frame(FrameType.TOKEN, text).encode(), (lab.dut.ipv4, DEFAULT_PORT))
