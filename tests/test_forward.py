@@ -5,7 +5,6 @@ a UDP socket in the receiver's namespace and in the router's counters."""
 
 import json
 import socket
-import struct
 import time
 
 import pytest
@@ -22,36 +21,17 @@ from pyxdp.proto import counters, frames
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import egress, loader, netlink, stats
 from pyxdp.xdp.testrun import TokenProgram
+from test_tx_headers import reference_sum
+from tx_helpers import UdpReceiver
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 FORWARDING = pytest.mark.capability("xdp_forwarding")
-QUIET_S = 0.3  # the receiver is done when nothing came for this long
 
 
-class Receiver:
-    """A UDP socket on the token port in the receiver's namespace, for IPv4
-    and IPv6 both."""
-
-    def __init__(self, lab: RoutedLab, port: int = frames.DEFAULT_PORT):
-        with netns.entered(lab.receiver.netns):
-            self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        self.sock.bind(("::", port))
-        self.sock.settimeout(QUIET_S)
-
-    def drain(self) -> list[tuple[bytes, str, int]]:
-        """(payload, source address, source port) of everything received."""
-        got = []
-        while True:
-            try:
-                data, addr = self.sock.recvfrom(65535)
-            except TimeoutError:
-                return got
-            got.append((data, addr[0].removeprefix("::ffff:"), addr[1]))
-
-    def close(self) -> None:
-        self.sock.close()
+def arrived(receiver: UdpReceiver) -> list[tuple[bytes, str, int]]:
+    """(payload, source address, source port) of every datagram the
+    receiver's dual-stack socket got (IPv4 sources unmapped)."""
+    return [(data, addr[0].removeprefix("::ffff:"), addr[1]) for data, addr in receiver.drain()]
 
 
 @pytest.fixture
@@ -62,7 +42,7 @@ def routed(request):
     mode = opts.pop("mode", "native")
     with RoutedLab(**opts) as lab:
         loader.attach("rtr0", mode=mode, forward=True, netns=lab.router_in.netns)
-        receiver = Receiver(lab)
+        receiver = UdpReceiver(lab.receiver.netns, "::", frames.DEFAULT_PORT)
         try:
             yield lab, receiver
         finally:
@@ -114,7 +94,7 @@ def test_valid_datagrams_are_forwarded_and_malformed_never(routed, ipv6, record_
             mixed.append(packet(lab, malformed[(i // 10) % len(malformed)], ipv6=ipv6))
     before = router_counters(lab)
     send(lab, mixed)
-    got = receiver.drain()
+    got = arrived(receiver)
     d = delta(router_counters(lab), before)
 
     src = lab.sender.ipv6 if ipv6 else lab.sender.ipv4
@@ -135,16 +115,14 @@ def test_malformed_passed_by_policy_still_never_forwarded(routed, ipv6, cli):
     cli("config", "rtr0", "--netns", lab.router_in.netns, "--on-malformed", "pass", check=True)
     bad = traffic.malformed_payloads()["truncated"]
     before = router_counters(lab)
-    with netns.entered(lab.router_in.netns):
-        local = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    with local:
-        local.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        local.bind(("::", frames.DEFAULT_PORT))
-        local.settimeout(QUIET_S)
+    local = UdpReceiver(lab.router_in.netns, "::", frames.DEFAULT_PORT)
+    try:
         router_addr = lab.router_in.ipv6 if ipv6 else lab.router_in.ipv4
         send(lab, [packet(lab, bad, ipv6=ipv6)] * 3 + [packet(lab, bad, ipv6=ipv6, dst=router_addr)])
-        assert local.recv(2048) == bad
-    assert receiver.drain() == []
+        assert [p for p, _, _ in arrived(local)] == [bad]
+    finally:
+        local.close()
+    assert arrived(receiver) == []
     d = delta(router_counters(lab), before)
     assert d["malformed.truncated"] == 4
     assert d["malformed_dropped"] == 3 and d["malformed_passed"] == 1 and d["forwarded"] == 0
@@ -158,7 +136,7 @@ def test_last_hop_is_left_to_the_kernel(routed, ipv6):
     before = router_counters(lab)
     send(lab, [packet(lab, token("late"), ipv6=ipv6, ttl=1)] * 3
          + [packet(lab, token("on time"), ipv6=ipv6, ttl=2)])
-    assert [p for p, _, _ in receiver.drain()] == [token("on time")]
+    assert [p for p, _, _ in arrived(receiver)] == [token("on time")]
     d = delta(router_counters(lab), before)
     assert d["forward.ttl"] == 3 and d["forwarded"] == 1 and d["fallback_passed"] == 3
 
@@ -172,12 +150,12 @@ def test_missing_neighbour_then_learned(routed, ipv6):
     lab, receiver = routed
     before = router_counters(lab)
     send(lab, [packet(lab, token("first"), ipv6=ipv6)])
-    assert [p for p, _, _ in receiver.drain()] == [token("first")]
+    assert [p for p, _, _ in arrived(receiver)] == [token("first")]
     mid = router_counters(lab)
     assert delta(mid, before)["forward.no_neighbour"] == 1
     assert delta(mid, before)["forwarded"] == 0
     send(lab, [packet(lab, token(f"then {i}"), ipv6=ipv6) for i in range(20)])
-    assert len(receiver.drain()) == 20
+    assert len(arrived(receiver)) == 20
     d = delta(router_counters(lab), mid)
     assert d["forwarded"] == 20 and d["forward.no_neighbour"] == 0
 
@@ -193,7 +171,7 @@ def test_egress_mtu_smaller_than_the_datagram(routed):
     before = router_counters(lab)
     send(lab, [packet(lab, big), packet(lab, big, df=True), packet(lab, big, ipv6=True),
                packet(lab, small), packet(lab, small, ipv6=True)])
-    got = sorted(p for p, _, _ in receiver.drain())
+    got = sorted(p for p, _, _ in arrived(receiver))
     assert got == sorted([big, small, small])
     d = delta(router_counters(lab), before)
     assert d["forward.too_big"] == 3 and d["forwarded"] == 2
@@ -201,17 +179,16 @@ def test_egress_mtu_smaller_than_the_datagram(routed):
 
 def test_local_datagrams_follow_the_normal_verdict(routed):
     lab, receiver = routed
-    with netns.entered(lab.router_in.netns):
-        local = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    with local:
-        local.bind(("0.0.0.0", frames.DEFAULT_PORT))
-        local.settimeout(QUIET_S)
+    local = UdpReceiver(lab.router_in.netns, "::", frames.DEFAULT_PORT)
+    try:
         before = router_counters(lab)
         send(lab, [packet(lab, token("for the router"), dst=lab.router_in.ipv4)])
-        assert local.recv(2048) == token("for the router")
+        assert [p for p, _, _ in arrived(local)] == [token("for the router")]
+    finally:
+        local.close()
     d = delta(router_counters(lab), before)
     assert d["forward.local"] == 1 and d["fallback_passed"] == 1 and d["forwarded"] == 0
-    assert receiver.drain() == []
+    assert arrived(receiver) == []
 
 
 def test_forwarding_turned_off_and_on_live(routed, cli):
@@ -226,7 +203,7 @@ def test_forwarding_turned_off_and_on_live(routed, cli):
     assert off["forwarding"] is False and off["forward_notes"] == []
     before = router_counters(lab)
     send(lab, batch)
-    assert len(receiver.drain()) == 30
+    assert len(arrived(receiver)) == 30
     d = delta(router_counters(lab), before)
     assert d["forwarded"] == 0 and d["fallback_passed"] == 30
 
@@ -234,7 +211,7 @@ def test_forwarding_turned_off_and_on_live(routed, cli):
     assert "forwarding on (egress: rtr0, rtr1)" in on
     before = router_counters(lab)
     send(lab, batch)
-    assert len(receiver.drain()) == 30
+    assert len(arrived(receiver)) == 30
     assert delta(router_counters(lab), before)["forwarded"] == 30
 
 
@@ -246,7 +223,7 @@ def test_kernel_forwarding_off_is_said_and_counted(routed, cli):
     assert "note: forwarding is off for rtr0" in out and "net.ipv4.conf.rtr0.forwarding" in out
     before = router_counters(lab)
     send(lab, [packet(lab, token("nowhere"))] * 2)
-    assert receiver.drain() == []  # the kernel does not forward either
+    assert arrived(receiver) == []  # the kernel does not forward either
     assert delta(router_counters(lab), before)["forward.not_forwardable"] == 2
 
 
@@ -314,16 +291,11 @@ def test_rewrite_by_test_run():
                 assert (l3.hlim if ipv6 else l3.ttl) == 8
                 if not ipv6:
                     header = bytes(l3)[:20]
-                    assert _ones_complement(header) == 0xFFFF
+                    assert reference_sum(header) == 0xFFFF
                 assert bytes(out[UDP].payload) == token("rewrite me")
                 assert bytes(out)[14:] != sent[14:] and len(run.data_out) == len(sent)
 
 
-def _ones_complement(data: bytes) -> int:
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return total
 
 
 def test_stats_exporter_and_top_show_forwarding(routed, cli):
@@ -338,7 +310,7 @@ def test_stats_exporter_and_top_show_forwarding(routed, cli):
     t0 = time.monotonic()
     send(lab, [packet(lab, token("seen")) for _ in range(12)]
          + [packet(lab, token("ttl"), ttl=1)] * 2)
-    assert len(receiver.drain()) == 12
+    assert len(arrived(receiver)) == 12
 
     snap = json.loads(cli("stats", "rtr0", "--netns", ns, "--json", check=True).stdout)
     assert snap["counters"]["forwarded"] == 12

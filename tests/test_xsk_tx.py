@@ -57,7 +57,7 @@ def emit(lab, *args, check: bool = True) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("k,b", [(1, 16), (4, 40)])
 def test_emit_delivers_exactly_n_datagrams_with_exact_bytes(lab, version, k, b, record_property):
     n = 2000
-    receiver, capture = UdpReceiver(lab, version, DEFAULT_PORT), Capture(lab)
+    receiver, capture = UdpReceiver.at_dut(lab, version, DEFAULT_PORT), Capture(lab)
     udp_before, counted_before = udp_counters(lab, version), token_datagrams(lab)
     try:
         proc = emit(lab, "--to", f"{address(lab, version)}:{DEFAULT_PORT}", "--count", n,
@@ -92,7 +92,7 @@ def test_emit_delivers_exactly_n_datagrams_with_exact_bytes(lab, version, k, b, 
 
 @pytest.mark.kernel
 def test_a_rate_paces_the_datagrams(lab):
-    receiver = UdpReceiver(lab, 4, DEFAULT_PORT)
+    receiver = UdpReceiver.at_dut(lab, 4, DEFAULT_PORT)
     try:
         report = json.loads(emit(lab, "--to", f"{lab.dut.ipv4}:{DEFAULT_PORT}", "--count", 600,
                                  "--rate", 3000, "--json").stdout)
@@ -142,7 +142,7 @@ def test_ctrl_c_stops_reaps_and_reports(lab):
 def test_send_packs_frames_up_to_the_mtu_and_32_frames(lab, version, payload, count,
                                                        per_datagram):
     sent = [Frame(FrameType.TOKEN, payload + str(i).encode()) for i in range(count)]
-    receiver = UdpReceiver(lab, version, DEFAULT_PORT)
+    receiver = UdpReceiver.at_dut(lab, version, DEFAULT_PORT)
     try:
         with TokenSender(lab.peer.ifname, f"{address(lab, version)}:{DEFAULT_PORT}",
                          netns=lab.peer.netns) as sender:
@@ -165,7 +165,7 @@ def test_the_route_mtu_bounds_the_datagrams(lab):
         idx = ipr.link_lookup(ifname=lab.peer.ifname)[0]
         ipr.route("add", dst=f"{lab.dut.ipv4}/32", oif=idx, metrics={"mtu": 600})
     try:
-        receiver = UdpReceiver(lab, 4, DEFAULT_PORT)
+        receiver = UdpReceiver.at_dut(lab, 4, DEFAULT_PORT)
         with TokenSender(lab.peer.ifname, f"{lab.dut.ipv4}:{DEFAULT_PORT}",
                          netns=lab.peer.netns) as sender:
             assert (sender.mtu, sender.max_payload) == (600, 572)

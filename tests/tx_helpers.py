@@ -8,6 +8,7 @@ import select
 import socket
 import time
 
+from pyxdp.kernel import netns as netns_mod
 from pyxdp.lab.veth_lab import Lab
 from pyxdp.proto import judge
 
@@ -48,14 +49,22 @@ def udp_counters(lab: Lab, version: int) -> dict[str, int]:
 
 
 class UdpReceiver:
-    """A UDP socket on the dut's address of VERSION, port PORT."""
+    """A UDP socket bound to ADDRESS:PORT inside NETNS; "::" takes IPv4 and
+    IPv6 both."""
 
-    def __init__(self, lab: Lab, version: int, port: int):
-        family = socket.AF_INET6 if version == 6 else socket.AF_INET
-        with lab.in_dut():
+    def __init__(self, netns: str, address: str, port: int):
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with netns_mod.entered(netns):
             self.sock = socket.socket(family, socket.SOCK_DGRAM)
+        if address == "::":
+            self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, BUFFER)
-        self.sock.bind((lab.dut.ipv6 if version == 6 else lab.dut.ipv4, port))
+        self.sock.bind((address, port))
+
+    @classmethod
+    def at_dut(cls, lab: Lab, version: int, port: int) -> "UdpReceiver":
+        """On the lab dut's address of VERSION."""
+        return cls(lab.dut.netns, lab.dut.ipv6 if version == 6 else lab.dut.ipv4, port)
 
     def drain(self, expect: int | None = None) -> list[tuple[bytes, tuple]]:
         """Every datagram queued, until QUIET_S passes without one (once
