@@ -32,14 +32,12 @@ frame in place, in a page the generator recycles.
 import time
 
 from pyxdp.bench.load_thread import flat_out
-from pyxdp.bench.xdp_path import CountProgram, flowing_rate
-from pyxdp.errors import ZerolayerError
+from pyxdp.bench.xdp_path import MODE, CountProgram, flowing_rate, swap_program
 from pyxdp.lab import generator
 from pyxdp.lab.routed_lab import RoutedLab
 from pyxdp.xdp import loader, netlink, pins
 from pyxdp.xdp.testrun import PassProgram, TokenProgram
 
-MODE = "native"
 WAYS = ("xdp", "kernel", "kernel_judged")
 FRAMES_PER_DATAGRAM = 4
 PAYLOAD_SIZE = 16
@@ -75,7 +73,7 @@ def measure(*, rounds: int, settle_s: float, window_s: float, chunk: int) -> dic
 def _rounds(lab: RoutedLab, sink: CountProgram, router: TokenProgram, floor: PassProgram,
             gen, mix, *, rounds: int, settle_s: float, window_s: float, chunk: int) -> dict:
     ns = lab.router_in.netns
-    ifindex = netlink.query(lab.router_in.ifname, ns).ifindex
+    state = netlink.query(lab.router_in.ifname, ns)
     programs = {"xdp": router.prog_fd, "kernel": floor.prog_fd, "kernel_judged": router.prog_fd}
     attached = "xdp"
 
@@ -83,13 +81,7 @@ def _rounds(lab: RoutedLab, sink: CountProgram, router: TokenProgram, floor: Pas
         """Make rtr0 forward WAY's way: swap programs if need be (atomically,
         naming the one it replaces), then set zerolayer's forwarding flag."""
         nonlocal attached
-        if programs[way] != programs[attached]:
-            try:
-                netlink.set_program(ifindex, programs[way], MODE,
-                                    expected_fd=programs[attached], netns=ns)
-            except OSError as exc:
-                raise ZerolayerError(f"swapping programs on {lab.router_in.ifname} failed: "
-                                     f"{exc.strerror}") from None
+        swap_program(state, programs[way], programs[attached], ns)
         router.maps.set_forward_enabled(way == "xdp")
         attached = way
 
@@ -120,5 +112,4 @@ def _rounds(lab: RoutedLab, sink: CountProgram, router: TokenProgram, floor: Pas
     sent = load.result or 0  # None only if the load failed, which raised above
     return {**out, "mode": MODE, "generator_pps": sent / load.elapsed_s, "generator_sent": sent,
             "received": received() - received_before,
-            "router_forwarded": router_after["forwarded"] - router_before["forwarded"],
-            "router_seen": router_after["packets"] - router_before["packets"]}
+            "router_forwarded": router_after["forwarded"] - router_before["forwarded"]}

@@ -55,6 +55,19 @@ class CountProgram:
         self._loaded.close()
 
 
+def swap_program(state: netlink.XdpState, prog_fd: int, running_fd: int,
+                 netns: str | None) -> None:
+    """Atomically replace RUNNING_FD's program on STATE's interface with
+    PROG_FD's (XDP_FLAGS_REPLACE: the load never meets a bare interface)."""
+    if prog_fd == running_fd:
+        return
+    try:
+        netlink.set_program(state.ifindex, prog_fd, MODE, expected_fd=running_fd, netns=netns)
+    except OSError as exc:
+        raise ZerolayerError(f"swapping benchmark programs on {state.ifname} failed: "
+                             f"{exc.strerror}") from None
+
+
 def flowing_rate(count, window_s: float) -> float:
     """Counted per second while traffic flowed, over WINDOW_S: the counter
     is sampled every TICK_S and ticks where it did not move are left out.
@@ -88,15 +101,8 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
     attached = "zerolayer"  # the bench attached it; it is left attached at the end
 
     def swap_to(name: str) -> None:
-        """Atomically replace whatever runs on dut0 with NAME's program."""
         nonlocal attached
-        fd = contenders[name][0]
-        expected = contenders[attached][0] if attached else None
-        try:
-            netlink.set_program(state.ifindex, fd, MODE, expected_fd=expected, netns=lab.dut.netns)
-        except OSError as exc:
-            raise ZerolayerError(f"attaching a benchmark program to {lab.dut.ifname} failed: "
-                                 f"{exc.strerror}") from None
+        swap_program(state, contenders[name][0], contenders[attached][0], lab.dut.netns)
         attached = name
 
     names = list(contenders)
