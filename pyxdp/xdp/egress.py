@@ -92,7 +92,8 @@ def notes(ifname: str, netns: str | None, egress: list[str]) -> list[str]:
         out.append(f"forwarding is off for {ifname}{where} ({keys} = 0): the kernel's FIB "
                    f"routes nothing for it, so every token datagram counts as "
                    f"not_forwardable; turn it on with sysctl (zerolayer leaves it alone)")
-    out += [line for name in egress if (line := _veth_note(name, netns))]
+    peers = netlink.veth_peers(egress, netns)
+    out += [line for name in egress if name in peers and (line := _veth_note(name, peers[name]))]
     return out
 
 
@@ -105,12 +106,9 @@ def _forwarding_on(version: str, ifname: str, netns: str | None) -> bool:
             return version == "ipv6"
 
 
-def _veth_note(name: str, netns: str | None) -> str | None:
-    """None when NAME is no veth or its peer accepts redirected frames;
-    otherwise what to do about it."""
-    peer = netlink.veth_peer(name, netns)
-    if peer is None:
-        return None
+def _veth_note(name: str, peer: netlink.VethPeer) -> str | None:
+    """None when veth NAME's PEER accepts redirected frames; otherwise what
+    to do about it."""
     if peer.ifname is None:
         return (f"{name} is a veth whose peer is in a namespace zerolayer cannot see: it "
                 "accepts forwarded frames only if the peer runs an XDP program or has GRO on")

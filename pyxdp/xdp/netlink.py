@@ -115,35 +115,46 @@ def query_all(netns: str | None = None) -> list[XdpState]:
 
 
 @_off_event_loop
-def veth_peer(ifname: str, netns: str | None = None) -> VethPeer | None:
-    """The other end of veth IFNAME (in NETNS), or None if IFNAME is no veth.
-    A peer in another namespace is found among the named ones
-    (/run/netns) and the one of PID 1, by the id the kernel gives it."""
+def veth_peers(ifnames: list[str], netns: str | None = None) -> dict[str, VethPeer]:
+    """The other end of each veth among IFNAMES (in NETNS); the interfaces
+    that are no veth are left out. A peer in another namespace is found
+    among the named ones (/run/netns) and PID 1's, by the id the kernel
+    gives it: one dump of links per namespace, however many veths."""
+    ends: dict[str, tuple[int, int | None]] = {}  # name -> (peer ifindex, peer nsid)
     with netns_mod.entered(netns), _ipr() as ipr:
-        found = ipr.link_lookup(ifname=ifname)
-        if not found:
-            return None
-        link = ipr.get_links(found[0])[0]
-        info = link.get_attr("IFLA_LINKINFO")
-        if info is None or info.get_attr("IFLA_INFO_KIND") != "veth":
-            return None
-        index, nsid = link.get_attr("IFLA_LINK"), link.get_attr("IFLA_LINK_NETNSID")
-        where: tuple[str | None] | None = (netns,) if nsid is None else _named_netns(ipr, nsid)
-    if where is None:
-        return VethPeer(None, None, False)
-    with netns_mod.entered(where[0]), _ipr() as ipr:
-        peer = ipr.get_links(index)[0]
-        return VethPeer(peer.get_attr("IFLA_IFNAME"), where[0],
-                        peer.get_attr("IFLA_XDP") is not None
-                        and bool(peer.get_attr("IFLA_XDP").get_attr("IFLA_XDP_PROG_ID")))
+        for link in ipr.get_links():
+            info = link.get_attr("IFLA_LINKINFO")
+            name = link.get_attr("IFLA_IFNAME")
+            if name in ifnames and info is not None and info.get_attr("IFLA_INFO_KIND") == "veth":
+                ends[name] = (link.get_attr("IFLA_LINK"), link.get_attr("IFLA_LINK_NETNSID"))
+        nsids = _netns_by_id(ipr) if any(nsid is not None for _, nsid in ends.values()) else {}
+    out: dict[str, VethPeer] = {}
+    for where in {nsid for _, nsid in ends.values()}:
+        names = [n for n, (_, nsid) in ends.items() if nsid == where]
+        if where is not None and where not in nsids:
+            out.update((n, VethPeer(None, None, False)) for n in names)
+            continue
+        peer_ns = netns if where is None else nsids[where]
+        with netns_mod.entered(peer_ns), _ipr() as ipr:
+            links = {link["index"]: link for link in ipr.get_links()}
+        for n in names:
+            peer = links.get(ends[n][0])
+            if peer is None:
+                out[n] = VethPeer(None, None, False)
+                continue
+            xdp = peer.get_attr("IFLA_XDP")
+            out[n] = VethPeer(peer.get_attr("IFLA_IFNAME"), peer_ns,
+                              xdp is not None and bool(xdp.get_attr("IFLA_XDP_PROG_ID")))
+    return out
 
 
-def _named_netns(ipr, nsid: int) -> tuple[str | None] | None:
-    """(name,) of the namespace with NSID as IPR's namespace sees it: a
-    named one, or (None,) for PID 1's; None if neither."""
+def _netns_by_id(ipr) -> dict[int, str | None]:
+    """The namespaces IPR's namespace has an id for, by that id: the named
+    ones, and None for PID 1's."""
     candidates: list[tuple[str | None, str]] = [(None, "/proc/1/ns/net")]
     if os.path.isdir(netns_mod.NETNS_RUN_DIR):
         candidates += [(n, netns_mod.path(n)) for n in sorted(os.listdir(netns_mod.NETNS_RUN_DIR))]
+    out: dict[int, str | None] = {}
     for name, path in candidates:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -153,9 +164,10 @@ def _named_netns(ipr, nsid: int) -> tuple[str | None] | None:
             got = ipr.get_netnsid(fd=fd)
         finally:
             os.close(fd)
-        if got and got.get("nsid") == nsid:
-            return (name,)
-    return None
+        nsid = got.get("nsid") if got else None
+        if nsid is not None and nsid >= 0:
+            out.setdefault(nsid, name)
+    return out
 
 
 @_off_event_loop
