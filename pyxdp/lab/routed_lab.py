@@ -83,9 +83,6 @@ class RoutedLab(NamespaceLab):
     def namespaces(self) -> tuple[str, str, str]:
         return (self.sender.netns, self.router_in.netns, self.receiver.netns)
 
-    def __enter__(self) -> "RoutedLab":
-        return super().__enter__()
-
     def _build(self) -> None:
         for name in self.namespaces:
             netns.create(name)

@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 from dataclasses import dataclass
+from typing import Self
 
 from pyxdp.kernel import netns
 from pyxdp.xdp import pins
@@ -64,7 +65,7 @@ class NamespaceLab:
     """A lab of namespaces made on entering a `with` block and removed on
     leaving it, whatever happened, half-built ones included."""
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         try:
             self._build()
         except BaseException:
@@ -98,9 +99,6 @@ class Lab(NamespaceLab):
         self.mtu = mtu
         self.dut = LabEnd(f"{self.tag}-dut", "dut0", self.DUT_MAC, "198.18.0.1", "fd00:7a1::1")
         self.peer = LabEnd(f"{self.tag}-peer", "peer0", self.PEER_MAC, "198.18.0.2", "fd00:7a1::2")
-
-    def __enter__(self) -> "Lab":
-        return super().__enter__()
 
     def _build(self) -> None:
         from pyroute2 import IPRoute
