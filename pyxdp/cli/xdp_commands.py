@@ -98,18 +98,22 @@ def status(iface, netns, as_json):
               help="Show per-flow token rates and gap percentiles (most tokens first).")
 @click.option("--top", type=click.IntRange(min=1), metavar="N", default=None,
               help="With --flows: only the N flows with the most tokens.")
+@click.option("--window", type=click.FloatRange(0.1, 60), metavar="SECONDS", default=None,
+              help="With --flows: TOKENS/S is the rate over this many seconds, read twice "
+                   "(default 1).")
 @netns_option()
 @json_option()
-def stats(iface, watch, show_flows, top, netns, as_json):
+def stats(iface, watch, show_flows, top, window, netns, as_json):
     """Show the counters of zerolayer on IFACE, read from its pinned maps."""
     from pyxdp.xdp import stats as stats_mod
 
-    if top is not None and not show_flows:
-        raise click.UsageError("--top goes with --flows")
+    for flag, given in (("--top", top is not None), ("--window", window is not None)):
+        if given and not show_flows:
+            raise click.UsageError(f"{flag} goes with --flows")
     if show_flows:
         if watch is not None:
             raise click.UsageError("--flows is a snapshot: for live per-flow rates run `zerolayer top`")
-        _print_flows(iface, netns, top, as_json)
+        _print_flows(iface, netns, top, 1.0 if window is None else window, as_json)
         return
     if watch is None:
         snap = stats_mod.read(iface, netns)
@@ -141,10 +145,10 @@ def stats(iface, watch, show_flows, top, netns, as_json):
         pass
 
 
-def _print_flows(iface, netns, top, as_json) -> None:
+def _print_flows(iface, netns, top, window, as_json) -> None:
     from pyxdp.xdp import flows
 
-    snap = flows.report(iface, netns, top)
+    snap = flows.report(iface, netns, top, window)
     if as_json:
         emit_json(snap)
         return
@@ -153,15 +157,17 @@ def _print_flows(iface, netns, top, as_json) -> None:
     tracking = "on" if snap["flow_tracking"] else "OFF (no new samples)"
     click.echo(f"{iface}: {state}; flow tracking {tracking}; "
                f"{number(snap['flows_total'])} of {number(snap['flows_capacity'])} flows in the table"
-               + (f", showing {len(snap['flows'])}" if top else ""))
+               + (f", showing {len(snap['flows'])}" if top else "")
+               + f"; TOKENS/S over the last {snap['window_s']:.1f}s, AVG/S first to last datagram")
     rows = []
     for f in snap["flows"]:
         pct = flows.percentile_labels(f["gap_histogram"])
-        rate = f["tokens_per_s"]
+        average = f["avg_tokens_per_s"]
         rows.append([f["src"], f["dport"], number(f["frames"]["token"]),
-                     "-" if rate is None else number(rate), pct["p50"], pct["p90"], pct["p99"],
+                     number(f["tokens_per_s"]), "-" if average is None else number(average),
+                     pct["p50"], pct["p90"], pct["p99"],
                      number(f["datagrams"]), f"{f['idle_s']:.1f}s"])
-    click.echo(table(["SRC", "DPORT", "TOKENS", "TOKENS/S", "GAP P50", "P90", "P99",
+    click.echo(table(["SRC", "DPORT", "TOKENS", "TOKENS/S", "AVG/S", "GAP P50", "P90", "P99",
                       "DATAGRAMS", "IDLE"], rows))
 
 
