@@ -26,11 +26,15 @@ def _on(value: str | None) -> bool | None:
 @json_option()
 def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_json):
     """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
+    from pyxdp.errors import ZerolayerError
     from pyxdp.xdp import loader
 
-    result = loader.attach(iface, mode=mode, ports=list(ports) or None,
-                           on_malformed=on_malformed, flows=_on(flows), forward=_on(forward),
-                           replace=replace, netns=netns)
+    try:
+        result = loader.attach(iface, mode=mode, ports=list(ports) or None,
+                               on_malformed=on_malformed, flows=_on(flows),
+                               forward=_on(forward), replace=replace, netns=netns)
+    except ZerolayerError as exc:
+        raise _with_netns_hint(exc, iface, netns) from None
     if as_json:
         emit_json(result.to_json())
         return
@@ -42,6 +46,28 @@ def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_
     )
     for line in ([result.note] if result.note else []) + result.forward_notes:
         click.echo(f"note: {line}")
+
+
+def _with_netns_hint(exc, iface: str, netns: str | None):
+    """EXC, and if IFACE is not on the host but in a namespace zerolayer is
+    attached in, which --netns to add."""
+    import socket
+
+    from pyxdp.cli import netns_hints
+    from pyxdp.errors import ZerolayerError
+
+    if netns is not None:
+        return exc
+    try:
+        socket.if_nametoindex(iface)
+        return exc  # it is here: the error is about something else
+    except OSError:
+        pass
+    holding = netns_hints.namespaces_holding(iface)
+    if not holding:
+        return exc
+    return ZerolayerError(f"{exc}; netns {', '.join(holding)} (where zerolayer has pins) "
+                          f"has one: add {netns_hints.netns_flags(holding)}")
 
 
 def _forwarding(on: bool, egress: list[str]) -> str:
@@ -72,11 +98,16 @@ def detach(iface, netns, as_json):
 @json_option()
 def status(iface, netns, as_json):
     """Show the XDP program of every interface (or IFACE), and who owns it."""
+    from pyxdp.cli import netns_hints
     from pyxdp.xdp import ownership
 
     rows = ownership.status(iface, netns)
+    # Without --netns only the host is shown: name the namespaces zerolayer is in too.
+    elsewhere = netns_hints.pinned_in_namespaces(iface) if netns is None else {}
     if as_json:
-        emit_json({"interfaces": rows})
+        emit_json({"interfaces": rows, **({"other_netns": [
+            {"netns": ns, "interfaces": names} for ns, names in elsewhere.items()]}
+            if netns is None else {})})
         return
     out = []
     for r in rows:
@@ -88,6 +119,9 @@ def status(iface, netns, as_json):
                     onoff.get(r.get("forwarding"))])
     click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PORTS", "MALFORMED",
                       "FLOWS", "FORWARD"], out))
+    for ns, names in elsewhere.items():
+        click.echo(f"note: zerolayer has pins in netns {ns} too ({', '.join(names)}): "
+                   f"`zerolayer status --netns {ns}`")
 
 
 @click.command()

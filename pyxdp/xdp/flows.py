@@ -252,12 +252,14 @@ def observe(ifname: str, netns: str | None = None) -> Observation:
     )
 
 
-def observe_all() -> tuple[list[Observation], list[str]]:
-    """Every pinned interface that can be read, and a one-line reason for
-    each that cannot (its namespace or interface is gone, or its pins come
-    from an older zerolayer)."""
+def observe_all(only_netns: str | None = None) -> tuple[list[Observation], list[str]]:
+    """Every pinned interface that can be read (of namespace ONLY_NETNS
+    alone, if given), and a one-line reason for each that cannot (its
+    namespace or interface is gone, or its pins come from an older zerolayer)."""
     seen, errors = [], []
     for netns, ifname in pinned():
+        if only_netns is not None and netns != only_netns:
+            continue
         try:
             seen.append(observe(ifname, netns))
         except (ZerolayerError, OSError) as exc:
