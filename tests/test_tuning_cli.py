@@ -121,6 +121,7 @@ def test_inf2_dry_run_plan(tmp_path):
     [],
     ["--revert", "--verify"],
     ["--verify", "--strict"],
+    ["--verify", "--dry-run"],
     ["--revert", "-i", "eth0"],
     ["--profile"],
 ])
