@@ -1,6 +1,6 @@
 """Commands run without --netns point to the namespaces zerolayer is attached
-in: `status` names them, and `attach IFACE` for an interface that is only in
-such a namespace says which --netns to add."""
+in: `status` names them, and `attach`, `status` or `stats IFACE` for an
+interface that is only in such a namespace says which --netns to add."""
 
 import json
 
@@ -26,10 +26,11 @@ def test_status_and_attach_without_netns_name_the_namespace(attached, cli):
     assert "note:" not in cli("status", "--netns", ns, check=True).stdout
 
     # dut0 is not on the host, only in the lab's namespace.
-    error = one_line_error(cli("attach", iface))
-    assert error.startswith(f"zerolayer: no interface named {iface!r}")
-    # (other labs on this machine may have a dut0 too: each is offered)
-    assert "(where zerolayer has pins) has one: add --netns " in error
-    assert f"--netns {ns}" in error.split(": add ")[1]
+    for command in ("attach", "status", "stats"):
+        error = one_line_error(cli(command, iface))
+        assert error.startswith(f"zerolayer: no interface named {iface!r}")
+        # (other labs on this machine may have a dut0 too: each is offered)
+        assert "(where zerolayer has pins) has one: add --netns " in error
+        assert f"--netns {ns}" in error.split(": add ")[1]
     # A name in no namespace gets no such hint.
     assert "--netns" not in one_line_error(cli("attach", "zl-nosuch0"))

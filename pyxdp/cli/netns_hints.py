@@ -5,6 +5,7 @@ zerolayer's pin tree (pins.ROOT) names the namespaces it is attached in, as
 looked only at the host says so, and which --netns to add.
 """
 
+import contextlib
 import socket
 
 from pyxdp.errors import ZerolayerError
@@ -34,5 +35,26 @@ def namespaces_holding(iface: str) -> list[str]:
     return holding
 
 
-def netns_flags(namespaces) -> str:
-    return " or ".join(f"--netns {ns}" for ns in namespaces)
+@contextlib.contextmanager
+def pointing_to_netns(iface: str | None, netns: str | None):
+    """Run the block; if it fails and IFACE is not on the host but in a
+    namespace zerolayer has pins in, the one-line error adds which --netns."""
+    try:
+        yield
+    except ZerolayerError as exc:
+        if netns is not None or iface is None or _on_the_host(iface):
+            raise
+        holding = namespaces_holding(iface)
+        if not holding:
+            raise
+        flags = " or ".join(f"--netns {ns}" for ns in holding)
+        raise ZerolayerError(f"{exc}; netns {', '.join(holding)} (where zerolayer has pins) "
+                             f"has one: add {flags}") from None
+
+
+def _on_the_host(iface: str) -> bool:
+    try:
+        socket.if_nametoindex(iface)
+    except OSError:
+        return False
+    return True

@@ -26,15 +26,13 @@ def _on(value: str | None) -> bool | None:
 @json_option()
 def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_json):
     """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
-    from pyxdp.errors import ZerolayerError
+    from pyxdp.cli.netns_hints import pointing_to_netns
     from pyxdp.xdp import loader
 
-    try:
+    with pointing_to_netns(iface, netns):
         result = loader.attach(iface, mode=mode, ports=list(ports) or None,
                                on_malformed=on_malformed, flows=_on(flows),
                                forward=_on(forward), replace=replace, netns=netns)
-    except ZerolayerError as exc:
-        raise _with_netns_hint(exc, iface, netns) from None
     if as_json:
         emit_json(result.to_json())
         return
@@ -46,28 +44,6 @@ def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_
     )
     for line in ([result.note] if result.note else []) + result.forward_notes:
         click.echo(f"note: {line}")
-
-
-def _with_netns_hint(exc, iface: str, netns: str | None):
-    """EXC, and if IFACE is not on the host but in a namespace zerolayer is
-    attached in, which --netns to add."""
-    import socket
-
-    from pyxdp.cli import netns_hints
-    from pyxdp.errors import ZerolayerError
-
-    if netns is not None:
-        return exc
-    try:
-        socket.if_nametoindex(iface)
-        return exc  # it is here: the error is about something else
-    except OSError:
-        pass
-    holding = netns_hints.namespaces_holding(iface)
-    if not holding:
-        return exc
-    return ZerolayerError(f"{exc}; netns {', '.join(holding)} (where zerolayer has pins) "
-                          f"has one: add {netns_hints.netns_flags(holding)}")
 
 
 def _forwarding(on: bool, egress: list[str]) -> str:
@@ -101,7 +77,8 @@ def status(iface, netns, as_json):
     from pyxdp.cli import netns_hints
     from pyxdp.xdp import ownership
 
-    rows = ownership.status(iface, netns)
+    with netns_hints.pointing_to_netns(iface, netns):
+        rows = ownership.status(iface, netns)
     # Without --netns only the host is shown: name the namespaces zerolayer is in too.
     elsewhere = netns_hints.pinned_in_namespaces(iface) if netns is None else {}
     if as_json:
@@ -139,14 +116,21 @@ def status(iface, netns, as_json):
 @json_option()
 def stats(iface, watch, show_flows, top, window, netns, as_json):
     """Show the counters of zerolayer on IFACE, read from its pinned maps."""
-    from pyxdp.xdp import stats as stats_mod
-
     for flag, given in (("--top", top is not None), ("--window", window is not None)):
         if given and not show_flows:
             raise click.UsageError(f"{flag} goes with --flows")
+    if show_flows and watch is not None:
+        raise click.UsageError("--flows is a snapshot: for live per-flow rates run `zerolayer top`")
+    from pyxdp.cli.netns_hints import pointing_to_netns
+
+    with pointing_to_netns(iface, netns):
+        _stats(iface, watch, show_flows, top, window, netns, as_json)
+
+
+def _stats(iface, watch, show_flows, top, window, netns, as_json) -> None:
+    from pyxdp.xdp import stats as stats_mod
+
     if show_flows:
-        if watch is not None:
-            raise click.UsageError("--flows is a snapshot: for live per-flow rates run `zerolayer top`")
         _print_flows(iface, netns, top, 1.0 if window is None else window, as_json)
         return
     if watch is None:
