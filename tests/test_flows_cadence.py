@@ -137,7 +137,7 @@ def test_stats_flows_table_for_a_person(attached, cli):
     assert lines[1].split()[:6] == ["SRC", "DPORT", "TOKENS", "TOKENS/S", "AVG/S", "GAP"]
     row = lines[2].split()
     assert row[0] == f"{lab.peer.ipv4}:{SPORT}" and row[2:4] == ["10", "0"]
-    assert float(row[4].replace(",", "")) > 10  # 10 tokens in under a second
+    assert float(row[4].replace(",", "")) > 0  # the stream's own rate, not 0 as the live one
     assert row[5:8] == ["<32.8ms", "<131ms", "<131ms"]
 
 
