@@ -113,7 +113,7 @@ def test_known_gaps_land_in_their_buckets(attached, cli):
     proc = cli("stats", lab.dut.ifname, "--netns", lab.dut.netns, "--flows", "--json",
                "--window", "0.5", check=True)
     snap = json.loads(proc.stdout)
-    assert 0.5 <= snap["window_s"] < 5
+    assert snap["window_s"] >= 0.5  # the window really elapsed
     assert snap["flow_tracking"] is True and snap["flows_total"] == 1
     (row,) = snap["flows"]
     assert row["src"] == f"{lab.peer.ipv4}:{SPORT}" and row["gap_histogram"] == want

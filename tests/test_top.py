@@ -94,7 +94,7 @@ def test_top_json_lines_have_live_rates_and_only_the_namespace_asked(attached):
             proc.wait()
     assert len(lines) == 3
     for line in lines:
-        assert 0.9 < line["interval_s"] < 10
+        assert line["interval_s"] >= 0.99  # one --interval at least (measured, not asked)
         (iface,) = line["interfaces"]  # other namespaces' and the host's are left out
         assert (iface["interface"], iface["netns"], iface["attached"]) == (
             lab.dut.ifname, lab.dut.netns, True)
