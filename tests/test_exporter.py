@@ -232,3 +232,30 @@ def test_af_xdp_socket_statistics_reach_the_exporter(lab, running_exporter):
                        for k in scrape(url)), "a closed socket is still exported"
     finally:
         loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+def test_json_start_line_and_netns_filter(attached, cli):
+    lab = attached
+    proc = subprocess.Popen([ZEROLAYER, "exporter", "--json", "--listen", "127.0.0.1:0",
+                             "--netns", lab.dut.netns],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        start = json.loads(proc.stdout.readline())
+        assert (start["address"], start["netns"]) == ("127.0.0.1", lab.dut.netns)
+        assert start["port"] > 0 and start["url"] == f"http://127.0.0.1:{start['port']}/metrics"
+        got = scrape(start["url"])
+        assert value(got, "zerolayer_attached", interface=lab.dut.ifname,
+                     netns=lab.dut.netns) == 1
+        # Only the namespace asked for: no host interface, no other namespace.
+        assert {dict(labels).get("netns") for _, labels in got} <= {lab.dut.netns, None}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    once = cli("exporter", "--once", "--netns", lab.dut.netns, check=True)
+    families = {f.name: f for f in text_string_to_metric_families(once.stdout)}
+    assert {s.labels["netns"] for s in families["zerolayer_packets"].samples} == {lab.dut.netns}
+    assert cli("exporter", "--once", "--json").returncode == 2

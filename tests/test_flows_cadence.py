@@ -10,6 +10,7 @@ of several milliseconds could flip a bucket.
 
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -109,15 +110,20 @@ def test_known_gaps_land_in_their_buckets(attached, cli):
     # The sum is of the real gaps: close to what the sender kept.
     assert abs(flow.gap_sum_ns - sum(samples)) < 2_000_000 * len(samples)
 
-    proc = cli("stats", lab.dut.ifname, "--netns", lab.dut.netns, "--flows", "--json", check=True)
+    proc = cli("stats", lab.dut.ifname, "--netns", lab.dut.netns, "--flows", "--json",
+               "--window", "0.5", check=True)
     snap = json.loads(proc.stdout)
+    assert snap["window_s"] >= 0.5  # the window really elapsed
     assert snap["flow_tracking"] is True and snap["flows_total"] == 1
     (row,) = snap["flows"]
     assert row["src"] == f"{lab.peer.ipv4}:{SPORT}" and row["gap_histogram"] == want
     # 8 samples: 2 at 0, 4 at 24 ms, 2 at 90 ms.
     assert row["gap_samples"] == 8
     assert row["gap_us"] == {"p50": 32768, "p90": 131072, "p99": 131072}
-    assert row["tokens_per_s"] == pytest.approx(10 / ((flow.last_ns - flow.first_ns) / 1e9), abs=0.06)
+    # The stream is over: its live rate is 0, its average that of the stream.
+    assert row["tokens_per_s"] == 0
+    assert row["avg_tokens_per_s"] == pytest.approx(
+        10 / ((flow.last_ns - flow.first_ns) / 1e9), abs=0.06)
 
 
 def test_stats_flows_table_for_a_person(attached, cli):
@@ -127,7 +133,34 @@ def test_stats_flows_table_for_a_person(attached, cli):
     proc = cli("stats", lab.dut.ifname, "--netns", lab.dut.netns, "--flows", "--top", "1", check=True)
     lines = proc.stdout.splitlines()
     assert "flow tracking on" in lines[0] and "1 of 16,384 flows" in lines[0]
-    assert lines[1].split()[:5] == ["SRC", "DPORT", "TOKENS", "TOKENS/S", "GAP"]
+    assert "TOKENS/S over the last 1.0s" in lines[0]
+    assert lines[1].split()[:6] == ["SRC", "DPORT", "TOKENS", "TOKENS/S", "AVG/S", "GAP"]
     row = lines[2].split()
-    assert row[0] == f"{lab.peer.ipv4}:{SPORT}" and row[2] == "10"
-    assert row[4:7] == ["<32.8ms", "<131ms", "<131ms"]
+    assert row[0] == f"{lab.peer.ipv4}:{SPORT}" and row[2:4] == ["10", "0"]
+    assert float(row[4].replace(",", "")) > 0  # the stream's own rate, not 0 as the live one
+    assert row[5:8] == ["<32.8ms", "<131ms", "<131ms"]
+
+
+def test_stats_flows_rate_is_live_while_a_stream_runs(attached, cli):
+    lab = attached
+    stop = threading.Event()
+
+    def stream():
+        with lab.in_peer():
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with sock:
+            sock.bind((lab.peer.ipv4, SPORT))
+            while not stop.wait(0.01):
+                sock.sendto(T, (lab.dut.ipv4, frames.DEFAULT_PORT))
+
+    sender = threading.Thread(target=stream)
+    sender.start()
+    try:
+        time.sleep(0.2)
+        proc = cli("stats", lab.dut.ifname, "--netns", lab.dut.netns, "--flows", "--json",
+                   "--window", "0.5", check=True)
+    finally:
+        stop.set()
+        sender.join()
+    (row,) = json.loads(proc.stdout)["flows"]
+    assert row["tokens_per_s"] > 0  # tokens arrived during the window

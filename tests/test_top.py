@@ -2,6 +2,7 @@
 capture-pane reads the screen, send-keys quits it (q, and Ctrl-C), and the
 shell gets its terminal back."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -72,5 +73,42 @@ def test_top_without_a_terminal_says_what_to_use(cli):
     proc = cli("top", stdin=subprocess.DEVNULL)
     assert proc.returncode == 1
     assert proc.stderr.strip() == (
-        "zerolayer: top needs a terminal: for scripts use "
+        "zerolayer: top needs a terminal: for scripts use `zerolayer top --json`, "
         "`zerolayer stats IFACE --flows --json` or `zerolayer exporter --once`")
+
+
+def test_top_json_lines_have_live_rates_and_only_the_namespace_asked(attached):
+    lab = attached
+    proc = subprocess.Popen([ZEROLAYER, "top", "--json", "--count", "3", "--interval", "1",
+                             "--netns", lab.dut.netns],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [json.loads(proc.stdout.readline())]
+        # Traffic after the first line: a later interval's rates must show it.
+        traffic.send(lab, traffic.mixed_traffic(lab, streams=2), inter=0.01)
+        lines += [json.loads(line) for line in proc.stdout]
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(lines) == 3
+    for line in lines:
+        assert line["interval_s"] >= 0.99  # one --interval at least (measured, not asked)
+        (iface,) = line["interfaces"]  # other namespaces' and the host's are left out
+        assert (iface["interface"], iface["netns"], iface["attached"]) == (
+            lab.dut.ifname, lab.dut.netns, True)
+        assert iface["rates"] is not None and iface["flow_tracking"] is True
+    later = [line["interfaces"][0] for line in lines[1:]]
+    assert sum(i["rates"]["token_datagrams"] for i in later) > 0
+    assert later[-1]["counters"]["token_datagrams"] > 0
+    flows_seen = [f for i in later for f in i["flows"]]
+    assert flows_seen and all("tokens_per_s" in f and "avg_tokens_per_s" in f
+                              for f in flows_seen)
+
+
+def test_top_netns_and_count_errors(cli):
+    proc = cli("top", "--json", "--netns", "zl-no-such-ns")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "network namespace 'zl-no-such-ns' does not exist" in proc.stderr
+    assert cli("top", "--count", "1").returncode == 2

@@ -21,7 +21,8 @@ from tuning_fixtures import (
 
 # A row's keys, in the order docs/spec.md §5.8 gives them.
 ROW_KEYS = ("step", "knob", "before", "after", "status", "reason", "kind", "scope", "item")
-STATUSES = {"applied", "unchanged", "skipped", "refused", "planned", "restored", "drifted"}
+STATUSES = {"applied", "unchanged", "kept", "skipped", "refused", "planned", "restored",
+            "drifted"}
 
 
 @pytest.mark.root
@@ -92,8 +93,7 @@ INF2_PLAN = [
     ("nodelay", None, "net.ipv4.tcp_autocorking"),
     ("busy-poll", None, "net.core.busy_read"),
     ("busy-poll", None, "net.core.busy_poll"),
-    ("busy-poll", None, f"{FAKE_NIC}/napi_defer_hard_irqs"),
-    ("busy-poll", None, f"{FAKE_NIC}/gro_flush_timeout"),
+    ("napi-deferral", None, "IFACE/napi_defer_hard_irqs, IFACE/gro_flush_timeout"),
 ]
 
 
@@ -120,8 +120,8 @@ def test_inf2_dry_run_plan(tmp_path):
 @pytest.mark.parametrize("args", [
     [],
     ["--revert", "--verify"],
-    ["--revert", "--dry-run"],
     ["--verify", "--strict"],
+    ["--verify", "--dry-run"],
     ["--revert", "-i", "eth0"],
     ["--profile"],
 ])
@@ -178,3 +178,24 @@ def test_list(tmp_path):
 def test_tune_is_in_the_help():
     done = subprocess.run([ZEROLAYER, "--help"], capture_output=True, text=True, check=True)
     assert "tune" in done.stdout
+
+
+def test_refused_and_kept_rows_show_the_value_they_hold(tmp_path):
+    root = make_fake_root(tmp_path)
+    with open(f"{root}/proc/sys/net/ipv6/conf/all/disable_ipv6", "w") as f:
+        f.write("0\n")
+    done = run_cli("--profile", "inf2", "--root", root, "--dry-run", check_rc=0)
+    ipv6 = next(line for line in done.stdout.splitlines() if "disable_ipv6" in line)
+    assert ipv6.split()[2:4] == ["0", "refused"]  # not "0 → 0"
+
+
+def test_revert_dry_run_on_a_fake_root(tmp_path):
+    root = make_fake_root(tmp_path)
+    run_cli("--profile", "inf2", "--root", root, "-i", FAKE_NIC, check_rc=0)
+    out = json.loads(run_cli("--revert", "--dry-run", "--root", root, "--json",
+                             check_rc=0).stdout)
+    assert out["action"] == "revert-dry-run"
+    assert out["steps"] and {s["status"] for s in out["steps"]} == {"planned"}
+    again = json.loads(run_cli("--revert", "--root", root, "--json", check_rc=0).stdout)
+    assert [s["knob"] for s in again["steps"]] == [s["knob"] for s in out["steps"]]
+    assert {s["status"] for s in again["steps"]} == {"restored"}

@@ -62,8 +62,6 @@ def test_inf2_then_revert_gives_back_identical_files(root):
         f"{FAKE_NIC} irq 40-41 affinity": ("0-1", "1"),  # the NIC is on node 1
         "net.core.busy_read": (None, "50"),
         "net.core.busy_poll": (None, "50"),
-        f"{FAKE_NIC}/napi_defer_hard_irqs": ("0", "2"),
-        f"{FAKE_NIC}/gro_flush_timeout": ("0", "200000"),
         "net.ipv4.tcp_fastopen": (None, "3"),
     }
     for knob, (was, now) in expected.items():
@@ -131,7 +129,7 @@ def test_a_kernel_without_numa_balancing_has_nothing_to_turn_off(root):
     row = by_knob(report)["kernel.numa_balancing"]
     assert (row.step, row.status, row.before, row.after) == ("numa", "skipped", None, None)
     assert row.reason.startswith("ENOENT: this kernel has no automatic NUMA balancing")
-    assert report.error is None and report.rows[-1].step == "busy-poll"
+    assert report.error is None and report.rows[-1].step == "napi-deferral"
     engine.revert(root=root)
     assert tree(root) == before
 
@@ -246,3 +244,69 @@ def test_cpuidle_only_adds_deep_states_and_keeps_what_was_disabled(root):
     assert read(root, "sys/devices/system/cpu/cpu0/cpuidle/state0/disable") == "1"
     engine.revert(root=root)
     assert tree(root) == before
+
+
+def test_throughput_never_lowers_a_larger_limit(root):
+    # The host allows 32 MiB receive windows; throughput asks at least 16 MiB.
+    write(root, "proc/sys/net/ipv4/tcp_rmem", "4096\t131072\t33554432")
+    write(root, "proc/sys/net/core/rmem_max", "67108864")
+    write(root, "proc/sys/net/ipv4/tcp_wmem", "4096\t65536\t4194304")
+    before = tree(root)
+    plan = by_knob(engine.apply(profile.load("throughput"), root=root, dry_run=True))
+    assert plan["net.ipv4.tcp_rmem"].status == "kept"
+    assert plan["net.ipv4.tcp_rmem"].reason == (
+        "asked at least 4096 131072 16777216: field 3 (33554432) is higher already, "
+        "so it stays")
+    assert plan["net.core.rmem_max"].status == "kept"
+    assert plan["net.core.rmem_max"].reason.startswith(
+        "asked at least 16777216: 67108864 is higher already")
+    # Field by field: wmem's larger default stays, its smaller maximum is raised.
+    wmem = plan["net.ipv4.tcp_wmem"]
+    assert (wmem.status, wmem.after) == ("planned", "4096 65536 16777216")
+    assert "field 2 (65536) is higher already" in wmem.reason
+
+    report = engine.apply(profile.load("throughput"), root=root)
+    assert by_knob(report)["net.ipv4.tcp_rmem"].status == "kept"
+    assert read(root, "proc/sys/net/ipv4/tcp_rmem").split() == ["4096", "131072", "33554432"]
+    assert read(root, "proc/sys/net/core/rmem_max") == "67108864"
+    assert read(root, "proc/sys/net/ipv4/tcp_wmem") == "4096 65536 16777216"
+    with open(state_path(root)) as f:
+        saved = {e["label"]: e for e in json.load(f)["knobs"]}
+    assert not saved["net.ipv4.tcp_rmem"]["wrote"]
+
+    # Raising a bounded limit further is no drift; lowering it below is.
+    write(root, "proc/sys/net/ipv4/tcp_wmem", "4096 65536 33554432")
+    assert engine.verify(root=root).error is None
+    write(root, "proc/sys/net/ipv4/tcp_wmem", "4096 65536 8388608")
+    drift = by_knob(engine.verify(root=root))["net.ipv4.tcp_wmem"]
+    assert drift.status == "drifted" and "at least '4096 16384 16777216'" in drift.reason
+    write(root, "proc/sys/net/ipv4/tcp_wmem", "4096 65536 16777216")
+
+    undo = engine.revert(root=root)
+    # Revert restores exactly what moved: nothing for the kept rows.
+    assert "net.ipv4.tcp_rmem" not in by_knob(undo)
+    assert by_knob(undo)["net.ipv4.tcp_wmem"].status == "restored"
+    assert tree(root) == before
+
+
+def test_at_most_keeps_a_lower_value_field_by_field():
+    from pyxdp.tuning import bound
+
+    assert bound.held("10 5", "8 8", "at-most") == ("8 5", [2])
+    assert bound.held("3", "8", "at-least") == ("8", [])
+    assert bound.held("abc", "8", "at-least") == ("8", [])  # not comparable: asked as is
+
+
+def test_revert_dry_run_shows_the_plan_and_changes_nothing(root):
+    engine.apply(profile.load("inf2"), root=root, interfaces=[FAKE_NIC])
+    applied = tree(root)
+    plan = engine.revert(root=root, dry_run=True)
+    assert plan.action == "revert-dry-run" and plan.error is None
+    rows = by_knob(plan)
+    assert (rows["cpufreq scaling_governor"].before, rows["cpufreq scaling_governor"].after,
+            rows["cpufreq scaling_governor"].status) == ("performance", "powersave", "planned")
+    assert {row.status for row in plan.rows} == {"planned"}
+    assert tree(root) == applied  # the state file too
+    undo = engine.revert(root=root)
+    assert [row.knob for row in undo.rows] == [row.knob for row in plan.rows]
+    assert not os.path.exists(state_path(root))

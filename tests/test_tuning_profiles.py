@@ -25,7 +25,7 @@ def test_inf2_answers_every_checklist_item_in_order():
     items = [step.item for step in inf2.steps if step.item is not None]
     assert items == list(range(1, 13))
     rest = [step.id for step in inf2.steps if step.item is None]
-    assert rest == ["congestion", "nodelay", "busy-poll"]
+    assert rest == ["congestion", "nodelay", "busy-poll", "napi-deferral"]
 
 
 def _knobs(prof):
@@ -43,7 +43,7 @@ def test_inf2_refuses_aslr_and_explains_nodelay():
     assert [(s["name"], s["value"]) for s in nodelay] == [("net.ipv4.tcp_autocorking", "0")]
     assert "pyxdp.tuning.sockopts" in nodelay[0].why
     kinds = {spec.kind for _, spec in knobs}
-    assert kinds >= {"sysctl", "qdisc", "nic", "irq_affinity", "governor", "refuse", "note"}
+    assert kinds >= {"sysctl", "qdisc", "irq_affinity", "governor", "refuse", "note"}
 
 
 def test_inf2_turns_numa_balancing_off_in_its_numa_step():
@@ -63,10 +63,7 @@ def test_inf2_takes_latency_knobs_and_keeps_its_own_order():
     steps = {step.id: step for step in inf2.steps}
     for step in latency.steps:
         assert step.id in steps  # each one named, so none jumps to the front
-        if step.id != "busy-poll":  # inf2 adds the NIC attributes to that one
-            assert steps[step.id].knobs == step.knobs
-    assert [spec["name"] for spec in steps["busy-poll"].knobs if spec.kind == "sysctl"] == [
-        "net.core.busy_read", "net.core.busy_poll"]
+        assert steps[step.id].knobs == step.knobs
 
 
 def test_every_reason_is_one_line():
@@ -294,3 +291,21 @@ def test_an_error_in_an_included_profile_names_that_file(tmp_path):
     top = _written(tmp_path, "top", "t", include="broken.toml")
     with pytest.raises(ZerolayerError, match=f"^profile {broken}: step 's' knob 1: `kind`"):
         profile.load(top)
+
+
+def test_a_bound_needs_integers(tmp_path):
+    path = tmp_path / "b.toml"
+    path.write_text('name = "b"\n[[step]]\nid = "s"\nwhy = "w"\n  [[step.knob]]\n'
+                    '  kind = "sysctl"\n  name = "net.ipv4.tcp_congestion_control"\n'
+                    '  value = "bbr"\n  scope = "netns"\n  bound = "at-least"\n')
+    with pytest.raises(ZerolayerError, match="`bound` needs a value of integers"):
+        profile.load(str(path))
+    path.write_text(path.read_text().replace('"at-least"', '"higher"'))
+    with pytest.raises(ZerolayerError, match='`bound` must be "at-least" or "at-most"'):
+        profile.load(str(path))
+
+
+def test_throughput_limits_are_floors():
+    limits = [spec for step in profile.load("throughput").steps for spec in step.knobs
+              if spec.kind == "sysctl" and spec["name"] != "net.ipv4.tcp_congestion_control"]
+    assert limits and all(spec.get("bound") == "at-least" for spec in limits)

@@ -186,15 +186,45 @@ def test_listen_into_a_pipe_that_closes_ends_cleanly(attached):
     assert "Traceback" not in err and "error" not in err, err
 
 
-def test_listen_ends_with_one_line_when_zerolayer_is_detached(attached):
+@pytest.mark.parametrize("as_json", [True, False])
+def test_listen_stopped_by_a_detach_prints_its_summary_then_one_line(attached, as_json):
     lab = attached
-    listening = Listening(lab, "--timeout", 60)
+    packet = traffic.udp_packet(lab, frames.encode(FrameType.TOKEN, "heard"), sport=40000)
+    listening = Listening(lab, "--timeout", 60, as_json=as_json)
+    traffic.send(lab, [packet] * 3)
+    heard = listening.proc.stdout if as_json else None
+    if heard is not None:  # all three printed before the detach
+        assert [json.loads(heard.readline())["payload"] for _ in range(3)] == ["heard"] * 3
     loader.detach(lab.dut.ifname, lab.dut.netns)
     loader.attach(lab.dut.ifname, netns=lab.dut.netns)  # for the fixture's teardown
     code, out, err = listening.finish()
-    assert code == 1
-    assert err.strip().splitlines()[-1] == \
-        "zerolayer: zerolayer was detached from dut0 while listening"
+    assert code == 1 and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert lines[-1] == "zerolayer: zerolayer was detached from dut0 while listening"
+    if as_json:
+        summary = json.loads(lines[-2])["summary"]
+        assert (summary["frames"], summary["datagrams"]) == (3, 3)
+        assert [q["queue"] for q in summary["queues"]] == [0]
+    else:
+        assert lines[-2].startswith("3 frames in 3 datagrams on dut0 queue 0")
+
+
+def test_listen_stopped_by_its_interface_vanishing_prints_its_summary(lab):
+    packet = traffic.udp_packet(lab, frames.encode(FrameType.TOKEN, "last"), sport=40000)
+    loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+    try:
+        listening = Listening(lab, "--timeout", 60)
+        traffic.send(lab, [packet] * 2)
+        assert [json.loads(listening.proc.stdout.readline())["payload"] for _ in range(2)] == \
+            ["last"] * 2
+        subprocess.run(["ip", "-n", lab.dut.netns, "link", "del", lab.dut.ifname], check=True)
+        code, out, err = listening.finish()
+    finally:
+        loader.detach(lab.dut.ifname, lab.dut.netns)  # its stale pins
+    assert code == 1 and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert json.loads(lines[-2])["summary"]["frames"] == 2
+    assert lines[-1].startswith("zerolayer: stopped listening on dut0: no interface named 'dut0'")
 
 
 def test_listen_without_zerolayer_is_one_line_exit_1(cli, lab):

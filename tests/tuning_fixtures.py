@@ -24,7 +24,8 @@ from pyxdp.tuning.sysctl import SYSCTL_NAME
 # sysctls that change on their own while anything runs, each for a reason
 # unrelated to tuning: dentry/inode/file-handle counters move with every file
 # opened, ns_last_pid with every process started, random.uuid is new on
-# each read and entropy_avail drifts with use; fs.quota.* are statistics
+# each read and entropy_avail drifts with use, pty.nr counts the terminals
+# open (tmux in test_top, anyone's ssh); fs.quota.* are statistics
 # that move with any other process's disk activity. The congestion-control
 # lists grow when the kernel loads a module on demand (Debian builds bbr as
 # one) for a test namespace that asks for it: a module, not a setting.
@@ -36,6 +37,7 @@ CHURNING = {
     "fs.inode-nr",
     "fs.inode-state",
     "kernel.ns_last_pid",
+    "kernel.pty.nr",
     "kernel.random.entropy_avail",
     "kernel.random.uuid",
 }

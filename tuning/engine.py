@@ -2,8 +2,11 @@
 
 - apply: each knob in profile order; read it, and if it differs from the
   target, record the original in the state file, write, and read back.
+- apply with a bound (tuning.bound): a value already past the profile's is
+  kept, field by field, and only what moved is recorded as written.
 - revert: the recorded knobs in reverse order; only a knob that still holds
-  what zerolayer wrote is restored, others are reported as drifted.
+  what zerolayer wrote is restored, others are reported as drifted. With
+  dry_run it plans the same and changes nothing.
 - verify: every recorded knob still holds what zerolayer set, or it drifted.
 """
 
@@ -14,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
-from pyxdp.tuning import preflight
+from pyxdp.tuning import bound, preflight
 from pyxdp.tuning.host import Host, opened
 from pyxdp.tuning.kind import Fixed
 from pyxdp.tuning.knobs import Knob, Unavailable, reason_for
@@ -35,6 +38,7 @@ class Line:
     why: str
     what: Knob | Fixed
     value: str = ""  # what the profile asks of the knob (Knob.asked); a fixed row has none
+    bound: str | None = None  # "at-least" or "at-most": see tuning.bound
 
 
 def plan(profile: Profile, host: Host, facts: Facts, interfaces: Sequence[str]) -> list[Line]:
@@ -44,8 +48,12 @@ def plan(profile: Profile, host: Host, facts: Facts, interfaces: Sequence[str]) 
     for step in profile.steps:
         for spec in step.knobs:
             for what in KINDS[spec.kind].expand(spec, host, facts, interfaces):
-                value = what.asked(spec) if isinstance(what, Knob) else ""
-                lines.append(Line(step.id, step.item, spec.why or step.why, what, value))
+                if isinstance(what, Knob):
+                    line = Line(step.id, step.item, spec.why or step.why, what,
+                                what.asked(spec), spec.get("bound"))
+                else:
+                    line = Line(step.id, step.item, spec.why or step.why, what)
+                lines.append(line)
     return lines
 
 
@@ -140,9 +148,9 @@ class _Apply:
         """The row for LINE, and whether it was skipped for something missing."""
         if isinstance(line.what, Fixed):
             fixed = line.what
-            return Row(line.step, fixed.label, before=fixed.before, after=fixed.before,
-                       status=fixed.status, reason=fixed.reason, kind=fixed.kind,
-                       item=line.item), False
+            # Nothing is written: the row shows what the value is, and no "after".
+            return Row(line.step, fixed.label, before=fixed.before, status=fixed.status,
+                       reason=fixed.reason, kind=fixed.kind, item=line.item), False
         knob = line.what
         row = Row(line.step, knob.label, kind=knob.kind, scope=knob.scope, item=line.item)
 
@@ -155,17 +163,21 @@ class _Apply:
                         "own knobs change, this one would change the whole host")
         try:
             row.before = before = knob.read()
-            target = knob.target(line.value)
+            asked = knob.target(line.value)
         except Unavailable as exc:
             return done("skipped", str(exc), after=row.before, missing=exc.missing)
         except OSError as exc:
             return done("skipped", reason_for(exc), after=row.before, missing=True)
         why = _with_note(line.why, knob)
+        target, kept = (asked, []) if line.bound is None else bound.held(before, asked, line.bound)
+        if kept and line.bound is not None:
+            why = bound.kept_reason(before, asked, line.bound, kept) + (
+                "" if knob.same(before, target) else f"; {why}")
         state = self.state
         if knob.same(before, target):
             if state is not None:
                 self._remember(state, line, knob, before, target, wrote=False)
-            return done("unchanged", why, after=before)
+            return done("kept" if kept else "unchanged", why, after=before)
         if state is None:
             return done("planned", why, after=target)
 
@@ -198,6 +210,8 @@ class _Apply:
             "scope": knob.scope, "step": line.step, "item": line.item, "label": knob.label,
             "original": before, "written": target, "wrote": wrote,
         }
+        if line.bound:  # verify checks the bound, not the value held
+            entry.update(bound=line.bound, asked=line.value)
         state["knobs"].append(entry)
         return entry, True
 
@@ -233,13 +247,15 @@ def _recorded(store: Store, host: Host, verb: str) -> dict | None:
 
 
 def revert(*, netns: str | None = None, root: str | None = None,
-           state_dir: str | None = None) -> Report:
+           state_dir: str | None = None, dry_run: bool = False) -> Report:
     if netns is not None or root is None:
-        _require_root("tune --revert")
+        _require_root("tune --revert")  # the state file is root's too
     with _tuning(netns, root, state_dir) as (host, facts, store):
-        with store.locked(create=False):
+        # Like apply's, a dry run takes no lock: it reads, and writes nothing.
+        with contextlib.nullcontext() if dry_run else store.locked(create=False):
             state = _recorded(store, host, "revert")
-            report = Report("revert", "+".join(state["profiles"]) if state else None,
+            report = Report("revert-dry-run" if dry_run else "revert",
+                            "+".join(state["profiles"]) if state else None,
                             netns, host.where, store.path)
             if state is None:
                 report.notes.append(f"nothing to revert: zerolayer has not tuned {host.where}")
@@ -248,24 +264,30 @@ def revert(*, netns: str | None = None, root: str | None = None,
             for entry in reversed(state["knobs"]):
                 if not entry["wrote"]:
                     continue  # zerolayer found it right and never wrote it
-                row, keep = _revert_one(entry, _rebuild(entry, host, facts))
+                row, keep = _revert_one(entry, _rebuild(entry, host, facts), dry_run)
                 report.rows.append(row)
                 if keep:
                     kept.append(entry)
-            if kept:
-                state["knobs"] = [e for e in state["knobs"] if e in kept]
-                store.save(state)
-                report.error = (
-                    f"{len(kept)} knob(s) could not be restored; {store.path} keeps "
-                    "their original values: fix the cause and run --revert again"
-                )
-            else:
-                store.remove()
+            if not dry_run:
+                _settle(store, state, kept, report)
         report.preflight = facts.summary()
     return report
 
 
-def _revert_one(entry: dict, knob: Knob) -> tuple[Row, bool]:
+def _settle(store: Store, state: dict, kept: list[dict], report: Report) -> None:
+    """After a revert: forget the state, or keep what could not be restored."""
+    if not kept:
+        store.remove()
+        return
+    state["knobs"] = [e for e in state["knobs"] if e in kept]
+    store.save(state)
+    report.error = (
+        f"{len(kept)} knob(s) could not be restored; {store.path} keeps "
+        "their original values: fix the cause and run --revert again"
+    )
+
+
+def _revert_one(entry: dict, knob: Knob, dry_run: bool) -> tuple[Row, bool]:
     """The row for one recorded knob, and whether the state must keep it."""
     original, written = entry["original"], entry["written"]
     row = Row(entry["step"], entry["label"], kind=entry["kind"], scope=entry["scope"],
@@ -286,6 +308,9 @@ def _revert_one(entry: dict, knob: Knob) -> tuple[Row, bool]:
     if not knob.same(current, written):
         return done("drifted", f"holds {current!r}, not the {written!r} zerolayer "
                     f"wrote: left alone (it was {original!r} before)", current, current)
+    if dry_run:
+        return done("planned", "would restore: holds the value zerolayer wrote",
+                    current, original)
     try:
         knob.restore(original)
         after = knob.read()
@@ -333,11 +358,17 @@ def _verify_one(entry: dict, knob: Knob) -> Row:
         row.status, row.reason = "drifted", reason_for(exc)
         return row
     row.after = current
-    if knob.same(current, written):
+    limit = entry.get("bound")
+    if limit is not None and bound.satisfied(current, entry["asked"], limit):
+        row.status = "applied"
+        row.reason = f"holds {limit.replace('-', ' ')} {entry['asked']}"
+    elif limit is None and knob.same(current, written):
         row.status = "applied"
         row.reason = ("holds the value zerolayer wrote" if entry["wrote"]
                       else "holds the profile's value (it already did)")
     else:
         row.status = "drifted"
-        row.reason = f"holds {current!r}, the profile set {written!r}"
+        row.reason = (f"holds {current!r}, the profile set {written!r}" if limit is None else
+                      f"holds {current!r}, the profile asks {limit.replace('-', ' ')} "
+                      f"{entry['asked']!r}")
     return row

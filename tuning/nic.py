@@ -3,7 +3,8 @@
 import re
 from collections.abc import Sequence
 
-from pyxdp.tuning.kind import KnobSpec, matching, text
+from pyxdp.tuning import bound
+from pyxdp.tuning.kind import KnobSpec, matching, one_of, text
 from pyxdp.tuning.knobs import FileKnob
 
 
@@ -15,12 +16,17 @@ class NicAttr(FileKnob):
         "attr": matching(re.compile(r"^[a-z0-9_]+$"), "a /sys/class/net/IFACE attribute name"),
         "value": text,
     }
+    optional = {"bound": one_of(*bound.BOUNDS)}
     scope = "netns"  # a device belongs to one namespace
 
     def __init__(self, host, facts, iface: str, attr: str):
         super().__init__(host, facts)
         self.iface = iface
         self.attr = attr
+
+    @classmethod
+    def check_fields(cls, fields):
+        bound.check(fields)
 
     @classmethod
     def expand(cls, spec: KnobSpec, host, facts, interfaces: Sequence[str]):

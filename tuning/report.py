@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass, field
 
-STATUSES = ("applied", "unchanged", "planned", "restored", "drifted", "skipped", "refused")
+STATUSES = ("applied", "unchanged", "kept", "planned", "restored", "drifted", "skipped", "refused")
 
 
 @dataclass
@@ -25,7 +25,7 @@ class Row:
 
 @dataclass
 class Report:
-    action: str  # apply, dry-run, revert, verify
+    action: str  # apply, dry-run, revert, revert-dry-run, verify
     profile: str | None
     netns: str | None
     where: str

@@ -14,8 +14,9 @@ the rest on one socket:
   socket's current value (which starts at net.core.busy_read) needs
   CAP_NET_ADMIN.
 - SO_PREFER_BUSY_POLL (opt-in, needs CAP_NET_ADMIN): let busy polling take the
-  queue from interrupts. It is what the per-NIC napi_defer_hard_irqs and
-  gro_flush_timeout of the inf2 profile are for.
+  queue from interrupts. Only then do the per-NIC napi_defer_hard_irqs and
+  gro_flush_timeout pay, which is why inf2 leaves them as a note (its
+  napi-deferral step) and a server that sets this gives that step its knobs.
 """
 
 import errno

@@ -5,6 +5,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from pyxdp.tuning import bound
 from pyxdp.tuning.kind import FieldError, KnobSpec, matching, one_of, text
 from pyxdp.tuning.knobs import FileKnob, Unavailable, require_qdisc
 
@@ -19,7 +20,8 @@ class Sysctl(FileKnob):
     required = {"name": sysctl_name, "value": text, "scope": one_of("netns", "global")}
     # When the kernel has no such sysctl and that is fine (the feature it
     # would turn off is not built in), why: the row says so and --strict goes on.
-    optional = {"if_missing": text}
+    # `bound`: never move a value already past the profile's (tuning.bound).
+    optional = {"if_missing": text, "bound": one_of(*bound.BOUNDS)}
 
     def __init__(self, host, facts, name: str, scope: str, if_missing: str | None = None):
         super().__init__(host, facts)
@@ -33,6 +35,7 @@ class Sysctl(FileKnob):
         # inside a namespace (kernel.*, vm.*) would change the whole host.
         if fields["scope"] == "netns" and not fields["name"].startswith("net."):
             raise FieldError(f"{fields['name']} is not under net.*, so it cannot be per-netns")
+        bound.check(fields)
 
     @classmethod
     def expand(cls, spec: KnobSpec, host, facts, interfaces: Sequence[str]):

@@ -32,9 +32,9 @@ def demo(streams):
     rows = []
     for f in report.flows:
         gaps = f["gap_us"] or {}
-        rows.append([f"{f['src']}", f["frames"]["token"], f["tokens_per_s"],
+        rows.append([f"{f['src']}", f["frames"]["token"], f["avg_tokens_per_s"],
                      *(_gap(gaps.get(q)) for q in ("p50", "p90", "p99"))])
-    click.echo(table(["FLOW", "TOKENS", "TOKENS/S", "GAP P50", "GAP P90", "GAP P99"], rows))
+    click.echo(table(["FLOW", "TOKENS", "AVG TOKENS/S", "GAP P50", "GAP P90", "GAP P99"], rows))
     click.echo("  (gaps are log2 buckets: '<32.8ms' means between 16.4 and 32.8 ms)")
 
     click.echo("\n" + judged_table(report.counters, report.expected))

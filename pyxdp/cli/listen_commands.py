@@ -31,7 +31,9 @@ says on stderr, per queue, how many frames it printed and how many datagrams
 the socket lost, and why; with --json, as one JSON object.
 
 Ctrl-C (or SIGTERM) stops it; the sockets are unregistered on the way out
-and valid datagrams fall back to the kernel again."""
+and valid datagrams fall back to the kernel again. When zerolayer is
+detached from IFACE, or IFACE goes away, it stops too: the summary, then one
+line saying why, and exit 1."""
 
 
 @click.command(help=HELP)
@@ -54,6 +56,7 @@ and valid datagrams fall back to the kernel again."""
 @netns_option()
 @json_option()
 def listen(iface, queues, count, timeout, umem_frames, ring_size, netns, as_json):
+    from pyxdp.errors import ZerolayerError
     from pyxdp.kernel.privileges import preflight
     from pyxdp.xsk import listen as listen_mod
 
@@ -68,6 +71,7 @@ def listen(iface, queues, count, timeout, umem_frames, ring_size, netns, as_json
             click.echo(f"note: {note}", err=as_json)
         view = listen_mod.LiveView()
         tty = sys.stdout.isatty()
+        stopped = None
         try:  # from the moment it says it listens, a signal is a normal end
             click.echo(f"listening on {where} ({listener.mode} mode; per queue "
                        f"{sizing.mib(size['bytes_per_queue'])}: {size['frames']} chunks of "
@@ -82,11 +86,15 @@ def listen(iface, queues, count, timeout, umem_frames, ring_size, netns, as_json
             pass
         except BrokenPipeError:  # the reader went away (`| head`): a normal end too
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except ZerolayerError as exc:  # detached, or IFACE gone: still say what was heard
+            stopped = exc
         report = listener.finish()
         if as_json:
             click.echo(json.dumps({"summary": report.to_json()}), err=True)
         else:
             click.echo(report.text(where), err=True)
+    if stopped is not None:
+        raise stopped
 
 
 COMMANDS = [listen]

@@ -1,29 +1,55 @@
 """Watching zerolayer run: a Prometheus exporter and a live terminal view,
-both for every interface with pins under /sys/fs/bpf/zerolayer/."""
+both for every interface with pins under /sys/fs/bpf/zerolayer/ (or, with
+--netns, those of one namespace)."""
 
 import sys
 
 import click
 
+from pyxdp.cli.options import json_option, netns_option
 from pyxdp.kernel.privileges import preflight
+
+WATCHED_NETNS = ("Only the interfaces in named network namespace NS (default: the host's "
+                 "and every namespace's).")
+
+
+def _check_netns(netns: str | None) -> None:
+    """A namespace that does not exist fails in one line, as for every command."""
+    from pyxdp.kernel import netns as netns_mod
+
+    with netns_mod.entered(netns):
+        pass
 
 
 @click.command()
 @click.option("--listen", metavar="HOST:PORT", default="127.0.0.1:9435", show_default=True,
-              help="Where to serve /metrics. Loopback by default: put a scraper or a proxy "
-                   "next to it rather than exposing it.")
+              help="Where to serve /metrics (port 0: a free one, which the start-up line "
+                   "names). Loopback by default: put a scraper or a proxy next to it "
+                   "rather than exposing it.")
 @click.option("--once", is_flag=True,
               help="Print the metrics once and exit (e.g. for node_exporter's textfile collector).")
-def exporter(listen, once):
+@netns_option(WATCHED_NETNS)
+@json_option("On start, print what is served where as one JSON object on stdout.")
+def exporter(listen, once, netns, as_json):
     """Serve Prometheus metrics for every interface zerolayer is attached to."""
+    from pyxdp.cli.render import emit_json
     from pyxdp.observe import exporter as exporter_mod
 
+    if once and as_json:
+        raise click.UsageError("--once prints the Prometheus text format; for the same "
+                               "reads as JSON run `zerolayer top --json --count 1`")
     preflight("zerolayer exporter")
+    _check_netns(netns)
     log = lambda line: click.echo(f"zerolayer exporter: {line}", err=True)  # noqa: E731
     if once:
-        sys.stdout.write(exporter_mod.render(log).decode())
+        sys.stdout.write(exporter_mod.render(log, netns).decode())
         return
-    exporter_mod.serve(listen, log=log)
+
+    def announce(info: dict) -> None:
+        emit_json(info)
+        sys.stdout.flush()  # a script waits for this line before it scrapes
+
+    exporter_mod.serve(listen, log=log, only_netns=netns, announce=announce if as_json else None)
 
 
 @click.command()
@@ -31,18 +57,33 @@ def exporter(listen, once):
               metavar="SECONDS", help="Seconds between refreshes (+ and - change it live).")
 @click.option("--flows", "flows_shown", type=click.IntRange(1, 100), default=5, show_default=True,
               metavar="N", help="Flows shown per interface.")
-def top(interval, flows_shown):
+@click.option("--count", type=click.IntRange(1), default=None, metavar="N",
+              help="With --json: stop after N lines.")
+@netns_option(WATCHED_NETNS)
+@json_option("One JSON object per interval, with the rates over it, instead of the screen "
+             "(no terminal needed).")
+def top(interval, flows_shown, count, netns, as_json):
     """A live view of every attached interface: rates, top flows, token gaps.
 
     q or Ctrl-C quits."""
     from pyxdp.errors import ZerolayerError
     from pyxdp.observe import top as top_mod
 
+    if count is not None and not as_json:
+        raise click.UsageError("--count goes with --json")
     preflight("zerolayer top")
+    _check_netns(netns)
+    if as_json:
+        from pyxdp.cli.render import emit_json
+
+        for line in top_mod.json_lines(interval, flows_shown, count, netns):
+            emit_json(line)
+            sys.stdout.flush()
+        return
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise ZerolayerError("top needs a terminal: for scripts use "
+        raise ZerolayerError("top needs a terminal: for scripts use `zerolayer top --json`, "
                              "`zerolayer stats IFACE --flows --json` or `zerolayer exporter --once`")
-    top_mod.run(interval, flows_shown)
+    top_mod.run(interval, flows_shown, netns)
 
 
 COMMANDS = [exporter, top]

@@ -22,10 +22,8 @@ def _render(report) -> str:
     if report.rows:
         lines.append(table(
             ["STEP", "KNOB", "BEFORE → AFTER", "STATUS", "REASON"],
-            [[row.step, row.knob,
-              "" if row.before is None and row.after is None
-              else f"{_show(row.before)} → {_show(row.after)}",
-              row.status, row.reason] for row in report.rows]))
+            [[row.step, row.knob, _values(row), row.status, row.reason]
+             for row in report.rows]))
     counts = report.counts()
     lines.append(", ".join(f"{n} {status}" for status, n in counts.items())
                  if counts else "nothing to do")
@@ -33,8 +31,22 @@ def _render(report) -> str:
     return "\n".join(lines)
 
 
+# The statuses of a row whose value moves (or would); any other row shows
+# the one value it holds, so a refused `0` is not drawn as a change `0 → 0`.
+_MOVES = ("applied", "planned", "restored")
+
+
+def _values(row) -> str:
+    if row.before is None and row.after is None:
+        return ""
+    if row.status in _MOVES:
+        return f"{_show(row.before)} → {_show(row.after)}"
+    return _show(row.after if row.after is not None else row.before)
+
+
 def _show(value: str | None) -> str:
-    return "-" if value is None else value
+    # /proc writes multi-field values with tabs, which would break the table.
+    return "-" if value is None else " ".join(value.split())
 
 
 def _preflight_line(facts: dict) -> str:
@@ -69,7 +81,8 @@ def _preflight_line(facts: dict) -> str:
 @click.option("--interface", "-i", "interfaces", multiple=True, metavar="IFACE",
               help="An interface for the per-device knobs (root qdisc, NAPI, IRQs). "
                    "Repeat for several.")
-@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan (of --profile or --revert); change nothing.")
 @click.option("--strict", is_flag=True,
               help="Stop at the first knob this host lacks, instead of skipping it.")
 @json_option()
@@ -85,6 +98,7 @@ def tune(profile_name, revert, verify, list_profiles, netns, interfaces, dry_run
     zerolayer tune --profile inf2 -i eth0 --dry-run
     zerolayer tune --profile inf2 -i eth0
     zerolayer tune --verify
+    zerolayer tune --revert --dry-run
     zerolayer tune --revert
     """
     chosen = [flag for flag, given in (("--profile", profile_name is not None),
@@ -93,10 +107,11 @@ def tune(profile_name, revert, verify, list_profiles, netns, interfaces, dry_run
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --profile, --revert, --verify, --list")
     if profile_name is None:
-        for flag, given in (("--dry-run", dry_run), ("--strict", strict),
+        for flag, given in (("--dry-run", dry_run and not revert), ("--strict", strict),
                             ("--interface", interfaces)):
             if given:
-                raise click.UsageError(f"{flag} goes with --profile")
+                raise click.UsageError(
+                    f"{flag} goes with --profile{' or --revert' if flag == '--dry-run' else ''}")
 
     from pyxdp.tuning import engine, profile
 
@@ -112,7 +127,7 @@ def tune(profile_name, revert, verify, list_profiles, netns, interfaces, dry_run
         report = engine.apply(profile.load(profile_name), interfaces=interfaces,
                               dry_run=dry_run, strict=strict, **places)
     elif revert:
-        report = engine.revert(**places)
+        report = engine.revert(dry_run=dry_run, **places)
     else:
         report = engine.verify(**places)
     _emit(report.to_json(), _render(report), as_json)

@@ -26,11 +26,13 @@ def _on(value: str | None) -> bool | None:
 @json_option()
 def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_json):
     """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
+    from pyxdp.cli.netns_hints import pointing_to_netns
     from pyxdp.xdp import loader
 
-    result = loader.attach(iface, mode=mode, ports=list(ports) or None,
-                           on_malformed=on_malformed, flows=_on(flows), forward=_on(forward),
-                           replace=replace, netns=netns)
+    with pointing_to_netns(iface, netns):
+        result = loader.attach(iface, mode=mode, ports=list(ports) or None,
+                               on_malformed=on_malformed, flows=_on(flows),
+                               forward=_on(forward), replace=replace, netns=netns)
     if as_json:
         emit_json(result.to_json())
         return
@@ -72,11 +74,17 @@ def detach(iface, netns, as_json):
 @json_option()
 def status(iface, netns, as_json):
     """Show the XDP program of every interface (or IFACE), and who owns it."""
+    from pyxdp.cli import netns_hints
     from pyxdp.xdp import ownership
 
-    rows = ownership.status(iface, netns)
+    with netns_hints.pointing_to_netns(iface, netns):
+        rows = ownership.status(iface, netns)
+    # Without --netns only the host is shown: name the namespaces zerolayer is in too.
+    elsewhere = netns_hints.pinned_in_namespaces(iface) if netns is None else {}
     if as_json:
-        emit_json({"interfaces": rows})
+        emit_json({"interfaces": rows, **({"other_netns": [
+            {"netns": ns, "interfaces": names} for ns, names in elsewhere.items()]}
+            if netns is None else {})})
         return
     out = []
     for r in rows:
@@ -88,6 +96,9 @@ def status(iface, netns, as_json):
                     onoff.get(r.get("forwarding"))])
     click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PORTS", "MALFORMED",
                       "FLOWS", "FORWARD"], out))
+    for ns, names in elsewhere.items():
+        click.echo(f"note: zerolayer has pins in netns {ns} too ({', '.join(names)}): "
+                   f"`zerolayer status --netns {ns}`")
 
 
 @click.command()
@@ -98,18 +109,29 @@ def status(iface, netns, as_json):
               help="Show per-flow token rates and gap percentiles (most tokens first).")
 @click.option("--top", type=click.IntRange(min=1), metavar="N", default=None,
               help="With --flows: only the N flows with the most tokens.")
+@click.option("--window", type=click.FloatRange(0.1, 60), metavar="SECONDS", default=None,
+              help="With --flows: TOKENS/S is the rate over this many seconds, read twice "
+                   "(default 1).")
 @netns_option()
 @json_option()
-def stats(iface, watch, show_flows, top, netns, as_json):
+def stats(iface, watch, show_flows, top, window, netns, as_json):
     """Show the counters of zerolayer on IFACE, read from its pinned maps."""
+    for flag, given in (("--top", top is not None), ("--window", window is not None)):
+        if given and not show_flows:
+            raise click.UsageError(f"{flag} goes with --flows")
+    if show_flows and watch is not None:
+        raise click.UsageError("--flows is a snapshot: for live per-flow rates run `zerolayer top`")
+    from pyxdp.cli.netns_hints import pointing_to_netns
+
+    with pointing_to_netns(iface, netns):
+        _stats(iface, watch, show_flows, top, window, netns, as_json)
+
+
+def _stats(iface, watch, show_flows, top, window, netns, as_json) -> None:
     from pyxdp.xdp import stats as stats_mod
 
-    if top is not None and not show_flows:
-        raise click.UsageError("--top goes with --flows")
     if show_flows:
-        if watch is not None:
-            raise click.UsageError("--flows is a snapshot: for live per-flow rates run `zerolayer top`")
-        _print_flows(iface, netns, top, as_json)
+        _print_flows(iface, netns, top, 1.0 if window is None else window, as_json)
         return
     if watch is None:
         snap = stats_mod.read(iface, netns)
@@ -141,10 +163,10 @@ def stats(iface, watch, show_flows, top, netns, as_json):
         pass
 
 
-def _print_flows(iface, netns, top, as_json) -> None:
+def _print_flows(iface, netns, top, window, as_json) -> None:
     from pyxdp.xdp import flows
 
-    snap = flows.report(iface, netns, top)
+    snap = flows.report(iface, netns, top, window)
     if as_json:
         emit_json(snap)
         return
@@ -153,15 +175,17 @@ def _print_flows(iface, netns, top, as_json) -> None:
     tracking = "on" if snap["flow_tracking"] else "OFF (no new samples)"
     click.echo(f"{iface}: {state}; flow tracking {tracking}; "
                f"{number(snap['flows_total'])} of {number(snap['flows_capacity'])} flows in the table"
-               + (f", showing {len(snap['flows'])}" if top else ""))
+               + (f", showing {len(snap['flows'])}" if top else "")
+               + f"; TOKENS/S over the last {snap['window_s']:.1f}s, AVG/S first to last datagram")
     rows = []
     for f in snap["flows"]:
         pct = flows.percentile_labels(f["gap_histogram"])
-        rate = f["tokens_per_s"]
+        average = f["avg_tokens_per_s"]
         rows.append([f["src"], f["dport"], number(f["frames"]["token"]),
-                     "-" if rate is None else number(rate), pct["p50"], pct["p90"], pct["p99"],
+                     number(f["tokens_per_s"]), "-" if average is None else number(average),
+                     pct["p50"], pct["p90"], pct["p99"],
                      number(f["datagrams"]), f"{f['idle_s']:.1f}s"])
-    click.echo(table(["SRC", "DPORT", "TOKENS", "TOKENS/S", "GAP P50", "P90", "P99",
+    click.echo(table(["SRC", "DPORT", "TOKENS", "TOKENS/S", "AVG/S", "GAP P50", "P90", "P99",
                       "DATAGRAMS", "IDLE"], rows))
 
 

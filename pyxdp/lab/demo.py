@@ -106,7 +106,8 @@ def run(streams: int = 4, progress=print) -> DemoReport:
                 sender.join()
                 xsk_info = {**xsk.describe(), "statistics": xsk.statistics().to_json()}
             snap = stats.read(lab.dut.ifname, lab.dut.netns)
-            cadence = flows.report(lab.dut.ifname, lab.dut.netns)["flows"]
+            # The replay is over: its streams' rates are averages, no live window.
+            cadence = flows.report(lab.dut.ifname, lab.dut.netns, window=None)["flows"]
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
         return DemoReport(

@@ -154,8 +154,9 @@ class ZerolayerCollector:
 
     IFACE = ["interface", "netns"]
 
-    def __init__(self, log=None):
+    def __init__(self, log=None, only_netns: str | None = None):
         self._log = log
+        self._only_netns = only_netns  # None: the host and every namespace
         self._logged: set[str] = set()
 
     def _note(self, line: str) -> None:
@@ -171,7 +172,7 @@ class ZerolayerCollector:
             HistogramMetricFamily,
         )
 
-        seen, errors = flows.observe_all()
+        seen, errors = flows.observe_all(self._only_netns)
         for line in errors:
             self._note(f"skipped {line}")
 
@@ -307,35 +308,37 @@ def parse_listen(listen: str) -> tuple[str, int]:
     """HOST:PORT, or [IPV6]:PORT."""
     host, sep, port = listen.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    # Port 0: the kernel picks a free one, which the start-up line names.
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ZerolayerError(f"--listen {listen!r}: use HOST:PORT, e.g. {DEFAULT_LISTEN} or [::1]:9435")
     return host, int(port)
 
 
-def registry(log=None):
+def registry(log=None, only_netns: str | None = None):
     from prometheus_client import CollectorRegistry
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(ZerolayerCollector(log))
+    reg.register(ZerolayerCollector(log, only_netns))
     return reg
 
 
-def render(log=None) -> bytes:
+def render(log=None, only_netns: str | None = None) -> bytes:
     """The metrics, once, in the text exposition format."""
     from prometheus_client import generate_latest
 
-    return generate_latest(registry(log))
+    return generate_latest(registry(log, only_netns))
 
 
 class Exporter:
     """An HTTP server for /metrics on HOST:PORT, in a background thread."""
 
-    def __init__(self, listen: str = DEFAULT_LISTEN, log=None):
+    def __init__(self, listen: str = DEFAULT_LISTEN, log=None, only_netns: str | None = None):
         from prometheus_client import start_http_server
 
         host, port = parse_listen(listen)
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=registry(log))
+            self._server, self._thread = start_http_server(
+                port, addr=host, registry=registry(log, only_netns))
         except OSError as exc:
             raise ZerolayerError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
         self.address: tuple[str, int] = self._server.server_address[:2]  # type: ignore[assignment]
@@ -346,15 +349,23 @@ class Exporter:
         self._thread.join(timeout=5)
 
 
-def serve(listen: str = DEFAULT_LISTEN, log=print, stop: threading.Event | None = None) -> None:
-    """Serve until STOP is set (SIGINT and SIGTERM set it)."""
-    exporter = Exporter(listen, log)
+def serve(listen: str = DEFAULT_LISTEN, log=print, stop: threading.Event | None = None,
+          only_netns: str | None = None, announce=None) -> None:
+    """Serve until STOP is set (SIGINT and SIGTERM set it). ANNOUNCE, if
+    given, is called once serving has started, with what is served where
+    (`exporter --json` prints it)."""
+    exporter = Exporter(listen, log, only_netns)
     try:
         with stop_on_signals(stop) as stop:
             host, port = exporter.address[:2]
             shown = f"[{host}]" if ":" in host else host
-            log(f"serving http://{shown}:{port}/metrics for every interface under "
-                f"{pins.ROOT} (pid {os.getpid()}); Ctrl-C stops")
+            url = f"http://{shown}:{port}/metrics"
+            what = f"netns {only_netns}'s interfaces" if only_netns else "every interface"
+            if announce is not None:
+                announce({"url": url, "address": host, "port": port, "netns": only_netns,
+                          "pin_root": pins.ROOT, "pid": os.getpid()})
+            log(f"serving {url} for {what} under {pins.ROOT} (pid {os.getpid()}); "
+                "Ctrl-C stops")
             while not stop.wait(3600):
                 pass
     finally:

@@ -3,12 +3,15 @@ busiest flows and its token gap histogram, refreshed like xdp-bench and htop.
 
 render() turns two reads of the pinned tree into lines of text; run() draws
 them with curses until q or Ctrl-C, and curses.wrapper puts the terminal
-back however it ends.
+back however it ends. json_lines() gives the same reads as one JSON object
+per interval, for scripts (`top --json`).
 """
 
 import time
+from collections.abc import Iterator
 
 from pyxdp.human import number
+from pyxdp.kernel.signals import stop_on_signals
 from pyxdp.proto import counters
 from pyxdp.xdp import flows
 
@@ -94,7 +97,51 @@ def render(now: list[flows.Observation], before: dict, seconds: float, errors: l
     return lines
 
 
-def run(interval: float = 1.0, flows_per_interface: int = 5) -> None:
+def snapshot(now: list[flows.Observation], before: dict, seconds: float, errors: list[str],
+             flows_per_interface: int = 5) -> dict:
+    """One `top --json` line: each interface's counters, their per-second
+    rates over the SECONDS since BEFORE (null for an interface new since),
+    and its busiest flows by live tokens/s, as `stats --flows --json` has them."""
+    interfaces = []
+    for o in now:
+        prev = before.get((o.netns, o.interface))
+        rates = flows.interval_rates(prev.flows, o.flows, seconds) if prev else {}
+        ranked = sorted(o.flows, key=lambda f: (rates.get(f.key, 0.0), f.tokens), reverse=True)
+        interfaces.append({
+            "interface": o.interface, "netns": o.netns, "mode": o.mode,
+            "program_id": o.program_id, "attached": o.attached,
+            "counters": counters.nest(o.counters),
+            "rates": None if prev is None else counters.nest(
+                {k: round(v / seconds, 1)
+                 for k, v in counters.delta(o.counters, prev.counters).items()}),
+            "flow_tracking": o.flow_tracking, "flows_total": len(o.flows),
+            "gap_histogram": {"buckets": o.gap_hist, "sum_ns": o.gap_sum_ns},
+            "flows": [f.to_json(o.at_ns, None if prev is None else round(rates[f.key], 1))
+                      for f in ranked[:flows_per_interface]],
+        })
+    return {"interval_s": round(seconds, 3), "interfaces": interfaces, "skipped": errors}
+
+
+def json_lines(interval: float = 1.0, flows_per_interface: int = 5, count: int | None = None,
+               only_netns: str | None = None) -> Iterator[dict]:
+    """A snapshot() every INTERVAL seconds, each with rates over the interval
+    before it, until COUNT of them (None: until SIGINT or SIGTERM)."""
+    with stop_on_signals() as stop:
+        seen, _ = flows.observe_all(only_netns)
+        before = {(o.netns, o.interface): o for o in seen}
+        at = time.monotonic_ns()
+        made = 0
+        while count is None or made < count:
+            if stop.wait(interval):
+                return
+            seen, errors = flows.observe_all(only_netns)
+            now_ns = time.monotonic_ns()
+            yield snapshot(seen, before, (now_ns - at) / 1e9, errors, flows_per_interface)
+            before, at, made = {(o.netns, o.interface): o for o in seen}, now_ns, made + 1
+
+
+def run(interval: float = 1.0, flows_per_interface: int = 5,
+        only_netns: str | None = None) -> None:
     """Draw until q or Ctrl-C."""
     import curses
 
@@ -105,7 +152,7 @@ def run(interval: float = 1.0, flows_per_interface: int = 5) -> None:
         before: dict = {}
         before_ns = None
         while True:
-            now, errors = flows.observe_all()
+            now, errors = flows.observe_all(only_netns)
             at = time.monotonic_ns()
             seconds = (at - before_ns) / 1e9 if before_ns else 0.0
             _draw(screen, render(now, before, seconds, errors, interval, flows_per_interface))

@@ -103,14 +103,16 @@ class Flow:
         return self.frames["token"]
 
     @property
-    def tokens_per_s(self) -> float | None:
+    def avg_tokens_per_s(self) -> float | None:
         """Token frames over the flow's life in the table, first to latest
-        datagram; None until it spans some time."""
+        datagram (so idle time after the last one does not lower it); None
+        until it spans some time. The live rate is interval_rates'."""
         span = self.last_ns - self.first_ns
         return self.tokens * 1e9 / span if span > 0 else None
 
-    def to_json(self, now_ns: int) -> dict:
-        rate = self.tokens_per_s
+    def to_json(self, now_ns: int, rate: float | None) -> dict:
+        """RATE: tokens/s over the report's window, None without one."""
+        average = self.avg_tokens_per_s
         samples = sum(self.gaps)
         return {
             "src": self.src,
@@ -122,6 +124,7 @@ class Flow:
             "age_s": round((now_ns - self.first_ns) / 1e9, 3),
             "idle_s": round((now_ns - self.last_ns) / 1e9, 3),
             "tokens_per_s": None if rate is None else round(rate, 1),
+            "avg_tokens_per_s": None if average is None else round(average, 1),
             "gap_samples": samples,
             "gap_mean_us": round(self.gap_sum_ns / samples / 1000, 1) if samples else None,
             # upper bucket edges; null above the last finite edge (1.05 s)
@@ -173,21 +176,32 @@ def interval_rates(before: list[Flow], after: list[Flow], seconds: float) -> dic
     return rates
 
 
-def report(ifname: str, netns: str | None = None, top: int | None = None) -> dict:
+def report(ifname: str, netns: str | None = None, top: int | None = None,
+           window: float | None = 1.0) -> dict:
     """`zerolayer stats IFACE --flows --json`: the stats object, the
-    interface's gap histogram, and the flows, most tokens first."""
+    interface's gap histogram, and the flows, most tokens first. The table
+    is read twice, WINDOW seconds apart, for each flow's live rate (as
+    `zerolayer top` has it); WINDOW None reads it once and gives no rate."""
     ins, maps = stats.open_pinned(ifname, netns)  # checks privileges and pins
     with maps:
+        if window is not None:
+            earlier, earlier_ns = read(maps), time.monotonic_ns()
+            time.sleep(window)
         snap = stats.snapshot(ins, maps.read_counters())
         table = read(maps)
         hist, sum_ns = read_gap_hist(maps)
         snap["flow_tracking"] = maps.flows_enabled()
         snap["flows_capacity"] = maps["flows"].info.max_entries
     now = time.monotonic_ns()
+    rates: dict[tuple, float] = {}
+    if window is not None:
+        elapsed = (now - earlier_ns) / 1e9
+        rates = interval_rates(earlier, table, elapsed)
+    snap["window_s"] = None if window is None else round(elapsed, 3)
     snap["flows_total"] = len(table)
     snap["gap_bucket_le_us"] = list(BUCKET_LE_US)
     snap["gap_histogram"] = {"buckets": hist, "sum_ns": sum_ns}
-    snap["flows"] = [f.to_json(now) for f in (table[:top] if top else table)]
+    snap["flows"] = [f.to_json(now, rates.get(f.key)) for f in (table[:top] if top else table)]
     return snap
 
 
@@ -238,12 +252,14 @@ def observe(ifname: str, netns: str | None = None) -> Observation:
     )
 
 
-def observe_all() -> tuple[list[Observation], list[str]]:
-    """Every pinned interface that can be read, and a one-line reason for
-    each that cannot (its namespace or interface is gone, or its pins come
-    from an older zerolayer)."""
+def observe_all(only_netns: str | None = None) -> tuple[list[Observation], list[str]]:
+    """Every pinned interface that can be read (of namespace ONLY_NETNS
+    alone, if given), and a one-line reason for each that cannot (its
+    namespace or interface is gone, or its pins come from an older zerolayer)."""
     seen, errors = [], []
     for netns, ifname in pinned():
+        if only_netns is not None and netns != only_netns:
+            continue
         try:
             seen.append(observe(ifname, netns))
         except (ZerolayerError, OSError) as exc:

@@ -175,7 +175,10 @@ class Listener(ClosedOnExit):
         # Ours is not enough: after a detach and a fresh attach, the new
         # program has a new socket map that these sockets are not in. An
         # in-place upgrade keeps the pinned map, and the sockets with it.
-        ins = ownership.inspect(self.ifname, self.netns)
+        try:
+            ins = ownership.inspect(self.ifname, self.netns)
+        except ZerolayerError as exc:  # the interface (or its namespace) went away
+            raise ZerolayerError(f"stopped listening on {self.ifname}: {exc}") from None
         if not ins.ours or ins.program is None or \
                 self.sockets[0].xsks_map_id not in ins.program.map_ids:
             raise ZerolayerError(f"zerolayer was detached from {self.ifname} while listening")
