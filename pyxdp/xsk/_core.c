@@ -374,6 +374,50 @@ out:
     return result;
 }
 
+/* views(umem_view, types, columns, count) -> [(type, memoryview)]: the
+ * frames of a frames() result as FrameArrays' iteration yields them, each
+ * payload a slice of UMEM_VIEW (so it keeps the UMEM alive), TYPES the
+ * FrameType by type byte. */
+static PyObject *views(PyObject *self, PyObject *args)
+{
+    PyObject *umem_view, *types;
+    Py_buffer cols;
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "OO!y*n", &umem_view, &PyTuple_Type, &types, &cols, &k))
+        return NULL;
+    PyObject *list = NULL;
+    if (k < 0 || cols.len < k * 25) {
+        PyErr_SetString(PyExc_ValueError, "views: the columns are shorter than the count");
+        goto out;
+    }
+    const int64_t *off = (const int64_t *)cols.buf + k, *len = off + k;
+    const uint8_t *type = (const uint8_t *)(len + k);
+    list = PyList_New(k);
+    for (Py_ssize_t j = 0; list && j < k; j++) {
+        PyObject *view = NULL, *pair = NULL;
+        PyObject *start = PyLong_FromLongLong(off[j]);
+        PyObject *stop = start ? PyLong_FromLongLong(off[j] + len[j]) : NULL;
+        PyObject *slice = stop ? PySlice_New(start, stop, NULL) : NULL;
+        if (slice)
+            view = PyObject_GetItem(umem_view, slice);
+        if (view && type[j] < PyTuple_GET_SIZE(types))
+            pair = PyTuple_Pack(2, PyTuple_GET_ITEM(types, type[j]), view);
+        else if (view)
+            PyErr_SetString(PyExc_ValueError, "views: a type byte past the types");
+        Py_XDECREF(start);
+        Py_XDECREF(stop);
+        Py_XDECREF(slice);
+        Py_XDECREF(view);
+        if (!pair)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, j, pair);
+    }
+out:
+    PyBuffer_Release(&cols);
+    return list;
+}
+
 /* --- sending ---------------------------------------------------------------- */
 
 static inline uint64_t word_sum(const uint8_t *b, size_t n)
@@ -461,6 +505,7 @@ static PyMethodDef methods[] = {
     {"tx_put", tx_put, METH_VARARGS, "Publish TX descriptors, as many as fit."},
     {"headers", headers, METH_VARARGS, "Parse the header stacks of a batch into records."},
     {"frames", frames, METH_VARARGS, "Walk the token frames of a batch."},
+    {"views", views, METH_VARARGS, "The (type, payload view) pairs of a frames() result."},
     {"tx_write", tx_write, METH_VARARGS, "Write payloads and headers of a batch to send."},
     {NULL, NULL, 0, NULL},
 };

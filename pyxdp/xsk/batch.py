@@ -139,7 +139,7 @@ def compiled_frames(c, umem: np.ndarray, umem_view: memoryview, addr: np.ndarray
     cols, k, broken = c.frames(umem, _u64(addr), _u32(length), MAX_FRAMES)
     ints = np.frombuffer(cols, np.int64, 3 * k).reshape(3, k)
     return FrameArrays(umem_view, ints[0], np.frombuffer(cols, np.uint8, k, 24 * k), ints[1],
-                       ints[2], np.frombuffer(broken, np.int64))
+                       ints[2], np.frombuffer(broken, np.int64), (c, cols, k))
 
 
 def _u64(a: np.ndarray) -> np.ndarray:
