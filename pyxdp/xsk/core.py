@@ -15,8 +15,9 @@ from types import ModuleType
 
 import numpy as np
 
+_built: ModuleType | None
 try:
-    from pyxdp.xsk import _core as _built
+    import pyxdp.xsk._core as _built
 except ImportError:  # no compiler at install: the pure path, slower
     _built = None
 

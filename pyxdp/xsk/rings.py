@@ -182,7 +182,7 @@ class FillRing(_Ring):
     def _drop_views(self) -> None:
         self._addr = None
 
-    def put(self, addrs: np.ndarray, chunk_mask: int) -> None:
+    def put(self, addrs: np.ndarray, chunk_mask: int | np.integer) -> None:
         """Publish the chunks of ADDRS (descriptor addresses, masked to their
         chunk's start with CHUNK_MASK). pyxdp.xsk sizes the ring so there is
         always room."""

@@ -23,7 +23,7 @@ class SyntheticUmem:
 
     def __init__(self, chunks: int, fill: FillRing | None = None):
         self.umem = np.zeros(chunks * CHUNK, np.uint8)
-        self.umem_view = memoryview(self.umem)
+        self.umem_view = self.umem.data
         self.chunk_mask = np.uint64(~(CHUNK - 1) & 0xFFFFFFFFFFFFFFFF)
         self.recycled: list[int] = []
         self._fill = fill
