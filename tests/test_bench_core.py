@@ -1,14 +1,18 @@
 """The `core` section of `zerolayer bench`: the pure and the compiled core
 side by side, receive and send, at every batch size, in the JSON, the text
 and the plot. Figures are not judged (no wall-clock asserts): only that
-each was measured, and that the section needs no root and no network."""
+each was measured. The section needs no network, but the command, like
+every bench, runs as root; the section's own measure runs as anyone."""
 
 import json
+
+import pytest
 
 from pyxdp.bench import core_cost
 from pyxdp.xsk import core
 
 
+@pytest.mark.root
 def test_the_core_section_reports_both_cores_at_every_size(cli, tmp_path):
     plot = tmp_path / "core.png"
     proc = cli("bench", "--section", "core", "--quick", "--json", "--plot", plot, check=True)
