@@ -1,32 +1,15 @@
 """Batches over a UMEM the test fills itself: packets laid out in chunks as
-copy mode lays them, for the pure tests of what Batch computes."""
+copy mode lays them, for the pure tests of what Batch computes (the UMEM
+and its rings are pyxdp.xsk.synthetic's, which the bench uses too)."""
 
 import random
 
 import numpy as np
 
 from pyxdp.xsk.batch import Batch
+from pyxdp.xsk.synthetic import CHUNK, HEADROOM, SyntheticUmem
 
-CHUNK = 2048
-HEADROOM = 256  # XDP_PACKET_HEADROOM: where copy mode puts a packet in its chunk
-
-
-class SyntheticUmem:
-    """What a Batch reads from its socket: a UMEM and the queue, here with
-    packets placed by the test instead of the kernel."""
-
-    queue = 0
-
-    def __init__(self, chunks: int):
-        self.umem = np.zeros(chunks * CHUNK, np.uint8)
-        self.umem_view = memoryview(self.umem)
-        self.recycled: list[int] = []
-
-    def frame(self, addr: int, length: int) -> memoryview:
-        return self.umem_view[addr:addr + length]
-
-    def recycle(self, addr) -> None:
-        self.recycled += [int(a) for a in addr]
+__all__ = ["CHUNK", "SyntheticUmem", "batch_of"]
 
 
 def batch_of(packets: list[bytes], rng: random.Random | None = None) -> Batch:

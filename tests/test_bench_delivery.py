@@ -98,6 +98,10 @@ def test_every_tier_did_its_work_on_every_frame_received(delivery):
         act = runs[f"{side}_act"]
         assert act["tokens_appended"] == act["received"] and act["flows"] == flows
         assert runs[f"{side}_touch"]["tokens_appended"] == 0
+    for tier in ("count", "touch", "act"):  # the sizes of the AF_XDP consumer's batches
+        sizes = runs[f"xsk_{tier}"]["batch_sizes"]
+        assert sizes["batches"] >= 1 and 1 <= sizes["p10"] <= sizes["p50"] <= sizes["max"]
+        assert sizes["mean"] * sizes["batches"] >= runs[f"xsk_{tier}"]["received"] * 0.99
     c = runs["c_touch"]
     assert c["frames_walked"] == c["frame_types"]["token"] == c["received"]
     assert c["malformed"] == 0

@@ -1,7 +1,9 @@
 """The batch-wide frame walk (pyxdp.xsk.frame_arrays) on synthetic UMEM:
 packets laid out as the kernel lays them in chunks, walked by Batch.frames()
 and held to the reference decoder and judge, datagram by datagram. The same
-walk on real AF_XDP sockets is tests/test_xsk_frames.py."""
+walk on real AF_XDP sockets is tests/test_xsk_frames.py. Every test runs on
+both cores (tests/core_fixtures.py); tests/test_core_agreement.py holds
+them to each other on arbitrary bytes, where no reference judge answers."""
 
 import random
 
@@ -13,6 +15,8 @@ from pyxdp.proto import datagram, frames, judge
 from pyxdp.proto.frames import MAX_FRAMES, FrameType
 from pyxdp.xsk.batch import Batch
 from synthetic_umem import CHUNK, SyntheticUmem, batch_of
+
+pytestmark = pytest.mark.usefixtures("each_core")
 
 SRC4, DST4 = "198.18.0.2", "198.18.0.1"
 SRC6, DST6 = "fd00:7a1::2", "fd00:7a1::1"
@@ -144,3 +148,4 @@ def test_frames_are_computed_once_and_are_views_into_umem():
     assert len(cut) == 3 and cut.datagram.tolist() == [0, 0, 1]
     assert [(t, bytes(p)) for t, p in cut] == [(FrameType.TOKEN, b"a"), (FrameType.DONE, b""),
                                                (FrameType.TOKEN, b"a")]
+

@@ -55,17 +55,17 @@ def random_payloads(rng: random.Random, n: int, longest: int) -> list[bytes]:
 
 
 def written(payloads: list[bytes], t: headers.Template, chunk_offset: int = 0) -> list[bytes]:
-    """PAYLOADS sent as the sender writes them: each in its own chunk of a
-    UMEM, headers written after, the frames read back."""
+    """PAYLOADS sent as the sender writes them (on the core each_core
+    chose): each in its own chunk of a UMEM, the frames read back."""
     umem = np.zeros(CHUNK * len(payloads), np.uint8)
     addr = np.arange(len(payloads), dtype=np.uint64) * CHUNK + np.uint64(chunk_offset)
     rows, lengths = headers.payload_matrix(payloads)
-    if rows.shape[1]:
-        headers.byte_rows(umem, rows.shape[1])[addr.astype(np.int64) + t.length] = rows
-    frame_len = headers.write(umem, addr, lengths, headers.payload_sums(rows, lengths), t)
+    frame_len = headers.send_batch(umem, addr, rows, lengths, t)
+    assert frame_len.dtype == np.uint32
     return [umem[int(a):int(a) + int(n)].tobytes() for a, n in zip(addr, frame_len)]
 
 
+@pytest.mark.usefixtures("each_core")
 @pytest.mark.parametrize("version", [4, 6])
 def test_checksums_match_the_reference_on_random_datagrams(version):
     rng = random.Random(version)
@@ -88,6 +88,7 @@ def test_checksums_match_the_reference_on_random_datagrams(version):
                 assert struct.unpack_from("!H", frame, 14 + 4)[0] == len(udp)
 
 
+@pytest.mark.usefixtures("each_core")
 @pytest.mark.parametrize("version", [4, 6])
 def test_scapy_reads_the_frames_as_sent(version):
     """Every field as scapy parses it, and scapy's own checksums agree."""
@@ -111,6 +112,7 @@ def test_scapy_reads_the_frames_as_sent(version):
         assert judge.classify_packet(frame) == judge.Classified(judge.UDP, 9977, payload)
 
 
+@pytest.mark.usefixtures("each_core")
 def test_a_checksum_that_sums_to_zero_is_sent_as_all_ones():
     """RFC 768: a computed 0 is sent as 0xFFFF (0 means none over IPv4).
     A two-byte payload adds its value to the sum: pick the one that makes

@@ -69,6 +69,7 @@ def sent_frames(pkt: bytes) -> list[tuple]:
     return [(f.type, f.payload) for f in datagram.decode_datagram(judge.classify_packet(pkt).payload)]
 
 
+@pytest.mark.usefixtures("each_core")
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_datagrams_walk_as_the_reference_decodes_them(attached, seed):
     """1-32 frames of every type, empty and big payloads, IPv4 with and
@@ -101,6 +102,7 @@ def test_line_rate_batches_walk_as_the_reference_decodes_them(attached):
     assert len({len(w) for _, _, w, _ in got}) > 3  # walks of several lengths were mixed
 
 
+@pytest.mark.usefixtures("each_core")
 def test_the_views_are_umem_and_released_chunks_come_back(attached):
     packets = random_packets(4, 50)
     with XskSocket(attached.dut.ifname, netns=attached.dut.netns, frames=64, rx_size=64) as sock:

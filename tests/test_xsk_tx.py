@@ -49,6 +49,7 @@ def emit(lab, *args, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.usefixtures("each_core")
 # --- exact datagrams ------------------------------------------------------------------
 
 @pytest.mark.kernel
@@ -131,6 +132,7 @@ def test_ctrl_c_stops_reaps_and_reports(lab):
     assert token_datagrams(lab) - before == report["completed"] - report["link"]["tx_dropped"]
 
 
+@pytest.mark.usefixtures("each_core")
 # --- packing frames -------------------------------------------------------------------
 
 @pytest.mark.kernel
@@ -181,6 +183,7 @@ def test_the_route_mtu_bounds_the_datagrams(lab):
     assert [len(p) for p, _ in got] == [500, 500, 200]
 
 
+@pytest.mark.usefixtures("each_core")
 # --- sharing a UMEM: send on what was received ------------------------------------------
 
 @pytest.mark.kernel

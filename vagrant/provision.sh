@@ -34,8 +34,9 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # libxdp1: pyxdp.xsk calls its AF_XDP ring functions. tmux: the tests drive
 # `zerolayer top` in a pane.
 # socat, haproxy: peers of the relay bench. gcc: the bench compiles its splice
-# relay and its delivery C consumer.
-PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc)
+# relay and its delivery C consumer, and pip builds pyxdp's compiled AF_XDP
+# core (pyxdp/xsk/_core.c) with it and python3-dev's headers.
+PACKAGES=(python3-bpfcc python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc)
 # The C consumer's headers and libraries. Best effort: where libbpf1 came
 # from bookworm-backports (with its kernel), bookworm's libbpf-dev cannot be
 # installed beside it, and the bench then skips the consumer with a note.

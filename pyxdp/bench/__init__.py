@@ -3,13 +3,14 @@
 The sections, in the order they run and report (pyxdp.bench.runner):
 parser (parser cost), xdp (XDP path throughput), delivery (delivery into
 Python), tx (sending over AF_XDP), forward (XDP forwarding through a
-router) and relay (the TCP relay). Kept here, light, for the CLI to list,
+router), relay (the TCP relay) and core (what a batch costs Python's
+receive and send paths, pure core against compiled). Kept here, light, for the CLI to list,
 with the delivery section's tiers of work per frame (done by
 pyxdp.bench.tiers) and the report keys of their figures.
 """
 
-SECTIONS = ("parser", "xdp", "delivery", "tx", "forward", "relay")
-DEFAULT_SECTIONS = ("parser", "xdp", "delivery", "tx", "forward")
+SECTIONS = ("parser", "xdp", "delivery", "tx", "forward", "relay", "core")
+DEFAULT_SECTIONS = ("parser", "xdp", "delivery", "tx", "forward", "core")
 
 # Datagrams each sender of the tx section sends per round (pyxdp.bench.tx).
 TX_DATAGRAMS = 500_000

@@ -138,10 +138,27 @@ def _tx_panel(ax, report):
     ax.legend(fontsize=7)
 
 
+def _core_panel(ax, report):
+    c = report["core"]
+    colors = {"pure": FLOOR, "compiled": ZEROLAYER}
+    width = 0.8 / (2 * len(c["cores"]))
+    for i, n in enumerate(c["sizes"]):
+        for j, (path, name) in enumerate((p, k) for p in ("rx", "tx") for k in c["cores"]):
+            fig = {k: v / 1000 for k, v in c[name][path]["batch_ns"][str(n)].items()
+                   if k in ("median", "min", "max")}
+            label = f"{'receive' if path == 'rx' else 'send'}, {name}" if i == 0 else None
+            _bar(ax, i + (j - 1.5) * width, fig, colors[name], label, 1.0, width * 0.95)
+            ax.patches[-1].set_hatch("//" if path == "tx" else "")
+    ax.set_xticks(range(len(c["sizes"])), [f"{n} a batch" for n in c["sizes"]])
+    ax.set_yscale("log")
+    ax.set_title("Python paths, us per batch (lower is better)", fontsize=10)
+    ax.legend(fontsize=7)
+
+
 # Each section's panel, and the key of the report that says the section ran.
 PANELS = [("parser_ns", _parser_panel), ("zerolayer_dps", _xdp_panel),
           ("xsk_fps", _delivery_panel), ("tx_dps", _tx_panel),
-          ("xdp_forward_dps", _forward_panel), ("relay", _relay_panel)]
+          ("xdp_forward_dps", _forward_panel), ("relay", _relay_panel), ("core", _core_panel)]
 
 
 def write(report: dict, path: str) -> None:

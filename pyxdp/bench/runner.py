@@ -20,10 +20,13 @@ against its floor side by side, in sections run one after the other.
 - relay (pyxdp.bench.relay): the TCP relay, frames/s and frame latency
   through the sockmap relay against the asyncio relay and a direct
   connection, on loopback.
+- core (pyxdp.bench.core_cost): what a batch of 16, 256 and 1,024
+  datagrams costs Python's receive and send paths, fixed per batch and per
+  frame, the pure core against the compiled one, on synthetic rings.
 
 The first four share one veth lab, built for the run, with zerolayer
 attached to its dut0; forward builds a routed lab of its own; the relay
-needs none. Without a choice, all but the relay run. Every figure is the
+and core need none. Without a choice, all but the relay run. Every figure is the
 median of several rounds, with the min and the max; ratios are taken within a round, then their median. Quick mode
 (for CI) runs each section with fewer and shorter rounds: it produces every
 key, and its numbers are not meant to be quoted.
@@ -37,6 +40,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from pyxdp.bench import DEFAULT_SECTIONS, SECTIONS, TIERS, delivery_keys
+from pyxdp.bench import core_cost as bench_core
 from pyxdp.bench import delivery as bench_delivery
 from pyxdp.bench import forward as bench_forward
 from pyxdp.bench import parser as bench_parser
@@ -68,6 +72,8 @@ class Plan:
     tx_datagrams: int
     forward_rounds: int
     relay: bench_relay.Plan
+    core_rounds: int
+    core_repeats: int
     quick: bool
 
 
@@ -75,12 +81,12 @@ FULL = Plan(parser_rounds=5, parser_repeats=bench_parser.REPEATS, xdp_rounds=10,
             xdp_settle_s=0.05, xdp_window_s=0.3, xdp_chunk=bench_xdp.CHUNK,
             delivery_rounds=5, delivery_frames=bench_delivery.FRAMES, tx_rounds=5,
             tx_datagrams=bench_tx.DATAGRAMS, forward_rounds=10, relay=bench_relay.FULL,
-            quick=False)
+            core_rounds=5, core_repeats=bench_core.REPEATS, quick=False)
 QUICK = Plan(parser_rounds=2, parser_repeats=bench_parser.QUICK_REPEATS, xdp_rounds=2,
              xdp_settle_s=0.02, xdp_window_s=0.1, xdp_chunk=bench_xdp.QUICK_CHUNK,
              delivery_rounds=2, delivery_frames=bench_delivery.QUICK_FRAMES, tx_rounds=2,
              tx_datagrams=bench_tx.QUICK_DATAGRAMS, forward_rounds=2, relay=bench_relay.QUICK,
-             quick=True)
+             core_rounds=2, core_repeats=bench_core.QUICK_REPEATS, quick=True)
 
 
 def plan(quick: bool = False, *, rounds: int | None = None,
@@ -100,7 +106,7 @@ def plan(quick: bool = False, *, rounds: int | None = None,
     if rounds is not None:
         base = dataclasses.replace(base, parser_rounds=rounds, xdp_rounds=rounds,
                                    delivery_rounds=rounds, tx_rounds=rounds,
-                                   forward_rounds=rounds)
+                                   forward_rounds=rounds, core_rounds=rounds)
         relay = dataclasses.replace(relay, rounds=rounds)
     if delivery_frames is not None:
         base = dataclasses.replace(base, delivery_frames=delivery_frames)
@@ -182,6 +188,8 @@ def run(sections: Collection[str] = DEFAULT_SECTIONS, plan: Plan = FULL,
                  f"{', '.join(map(str, r.streams))} streams, sockmap against asyncio and "
                  "direct, on loopback")
         report["relay"] = bench_relay.measure(r, progress)
+    if "core" in sections:
+        report["core"] = _core(plan, progress)
     report["targets"] = targets(report)
     report["duration_s"] = round(time.monotonic() - started, 1)
     return report
@@ -325,6 +333,24 @@ def _forward(plan: Plan, progress: Progress) -> dict:
         "forward_received": f["received"],
         "forward_router_forwarded": f["router_forwarded"],
     }
+
+
+def _core(plan: Plan, progress: Progress) -> dict:
+    progress(f"per-batch cost: {plan.core_rounds} rounds of {plan.core_repeats} batches of "
+             f"{', '.join(map(str, bench_core.SIZES))} datagrams per core "
+             f"({' and '.join(bench_core.cores())}), receive and send, on synthetic rings")
+    c = bench_core.measure(plan.core_rounds, plan.core_repeats)
+    out: dict = {"load": bench_core.LOAD, "frames_per_datagram": bench_core.FRAMES,
+                 "sizes": list(bench_core.SIZES), "cores": list(bench_core.cores())}
+    for name in bench_core.cores():
+        out[name] = {path: {"batch_ns": {n: figure(v) for n, v in r["batch_ns"].items()},
+                            **{k: figure(r[k]) for k in ("fixed_ns", "per_datagram_ns",
+                                                         "per_frame_ns")}}
+                     for path, r in c[name].items()}
+    if "speedup" in c:
+        out["speedup"] = {path: {n: figure(v) for n, v in by.items()}
+                          for path, by in c["speedup"].items()}
+    return out
 
 
 def targets(report: dict) -> list[dict]:

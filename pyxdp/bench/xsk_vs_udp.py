@@ -277,17 +277,29 @@ def _xsk_dropped(lost: dict) -> int:
     return lost["rx_ring_full"] + lost["fill_ring_empty"]
 
 
+def batch_sizes(sizes: list[int]) -> dict:
+    """How many datagrams the consumer's batches held: their count, mean and
+    quantiles."""
+    if not sizes:
+        return {"batches": 0}
+    ordered = sorted(sizes)
+    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"batches": len(sizes), "mean": round(sum(sizes) / len(sizes), 1), "p10": at(0.1),
+            "p50": at(0.5), "p90": at(0.9), "max": ordered[-1]}
+
+
 class _XskConsumer:
     def __init__(self, lab, tier: str):
         self.tier = tier
         self._work = tiers.XSK_WORK[tier]
         self.tally = tiers.Tally()
+        self.batch_sizes: list[int] = []  # datagrams per non-empty batch: a per-batch cost's weight
         o = XSK_OPTIONS
         self.xsk = XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, frames=o["frames"],
                              chunk_size=o["chunk_size"], rx_size=o["rx_size"])
 
     def consume(self, count: int, done: threading.Event) -> tuple[int, float, int]:
-        recv, work, tally = self.xsk.recv, self._work, self.tally
+        recv, work, tally, sizes = self.xsk.recv, self._work, self.tally, self.batch_sizes
 
         def take(limit: int) -> int:
             batch = recv(limit)
@@ -295,6 +307,7 @@ class _XskConsumer:
             if n:
                 work(batch, tally)
                 batch.release()
+                sizes.append(n)
             return n
 
         return _consume(take, self.xsk.wait, count, done)
@@ -306,7 +319,8 @@ class _XskConsumer:
 
     def details(self) -> dict:
         out = {"buffer_bytes": XSK_OPTIONS["frames"] * XSK_OPTIONS["chunk_size"],
-               "mode": self.xsk.mode, "statistics": self.xsk.statistics().to_json()}
+               "mode": self.xsk.mode, "statistics": self.xsk.statistics().to_json(),
+               "batch_sizes": batch_sizes(self.batch_sizes)}
         return out if self.tier == "count" else {**out, **self.tally.to_json()}
 
     def check(self, result: dict) -> None:

@@ -274,9 +274,31 @@ def _relay(r: dict) -> str:
     return "\n".join(out)
 
 
+def _core(r: dict) -> str:
+    c = r["core"]
+    rows = []
+    for path, what in (("rx", "receive"), ("tx", "send")):
+        for name in c["cores"]:
+            f = c[name][path]
+            rows.append([what, name, *(f"{f['batch_ns'][str(n)]['median'] / 1000:,.1f}"
+                                       for n in c["sizes"]),
+                         f"{f['fixed_ns']['median'] / 1000:,.1f}",
+                         f"{f['per_frame_ns']['median']:,.0f}"])
+        if "speedup" in c:
+            rows.append([what, "pure / compiled",
+                         *(f"{c['speedup'][path][str(n)]['median']:.2f}x" for n in c["sizes"]),
+                         "", ""])
+    return "\n".join([
+        f"Per-batch cost of the Python paths on synthetic rings ({c['load']}): us per "
+        "batch (medians), fixed us per batch and ns per frame (a line through the sizes)",
+        table(["PATH", "CORE", *(f"{n}/BATCH" for n in c["sizes"]), "FIXED US", "NS/FRAME"],
+              rows)])
+
+
 # Each section's text, and the key of the report that says the section ran.
 RENDERERS = [("parser_ns", _parser), ("zerolayer_dps", _xdp), ("xsk_fps", _delivery),
-             ("tx_dps", _tx), ("xdp_forward_dps", _forward), ("relay", _relay)]
+             ("tx_dps", _tx), ("xdp_forward_dps", _forward), ("relay", _relay),
+             ("core", _core)]
 
 
 @click.command()

@@ -42,8 +42,12 @@ class FrameArrays:
     """
 
     def __init__(self, umem: memoryview, datagram: np.ndarray, ftype: np.ndarray,
-                 offset: np.ndarray, length: np.ndarray, broken: np.ndarray):
+                 offset: np.ndarray, length: np.ndarray, broken: np.ndarray,
+                 compiled: tuple | None = None):
         self._umem = umem
+        # (the compiled core, its frames() columns, their count): iteration
+        # is then one C call making every pair (pyxdp/xsk/batch.py).
+        self._compiled = compiled
         self.datagram = datagram
         self.type = ftype
         self.offset = offset
@@ -58,6 +62,12 @@ class FrameArrays:
         return self._umem[start:start + int(self.length[j])]
 
     def __iter__(self) -> Iterator[tuple[FrameType, memoryview]]:
+        if self._compiled is not None:
+            c, columns, count = self._compiled
+            return iter(c.views(self._umem, _TYPE_BY_VALUE, columns, count))
+        return self._walk()
+
+    def _walk(self) -> Iterator[tuple[FrameType, memoryview]]:
         umem, types = self._umem, _TYPE_BY_VALUE
         for t, start, n in zip(self.type.tolist(), self.offset.tolist(), self.length.tolist()):
             yield types[t], umem[start:start + n]

@@ -16,6 +16,10 @@ pseudo-header and in the UDP header, RFC 768, RFC 8200 §8.1), and the
 payload's words, summed for all datagrams at once (payload_sums). The UDP
 checksum is always computed (IPv6 requires it; over IPv4 the receiver
 checks it too when it is not zero), and a result of 0 is sent as 0xFFFF.
+
+send_batch() is what TokenSender calls: payloads copied into their chunks,
+then write(), on the pure path; on the compiled core (pyxdp/xsk/core.py)
+one C call does both, a datagram at a time.
 """
 
 import ipaddress
@@ -26,6 +30,7 @@ import numpy as np
 
 from pyxdp.proto.ethernet import ETH_HLEN, ETH_P_IP, ETH_P_IPV6
 from pyxdp.proto.judge import IPPROTO_UDP
+from pyxdp.xsk import core
 from pyxdp.xsk.batch import IPV6_HLEN, UDP_HLEN, byte_rows
 
 IPV4_HLEN = 20
@@ -139,6 +144,24 @@ def write(umem: np.ndarray, frame_addr: np.ndarray, payload_len: np.ndarray,
     words[:, udp + 3] = check
     byte_rows(umem, t.length)[frame_addr.astype(np.int64)] = header
     return udp_len - UDP_HLEN + t.length
+
+
+def send_batch(umem: np.ndarray, frame_addr: np.ndarray, rows: np.ndarray, length: np.ndarray,
+               t: Template) -> np.ndarray:
+    """Datagram i, the first LENGTH[i] bytes of ROWS[i] behind T's headers,
+    written at FRAME_ADDR[i] in UMEM; returns the frame lengths (uint32)."""
+    c = core.compiled
+    if c is not None:
+        frame_len = np.empty(len(frame_addr), np.uint32)
+        c.tx_write(umem, np.ascontiguousarray(frame_addr, np.uint64),
+                   np.ascontiguousarray(rows), rows.shape[1],
+                   np.ascontiguousarray(length, np.int64), t.header, t.version, t.ip_sum,
+                   t.udp_sum, frame_len)
+        return frame_len
+    if rows.shape[1]:
+        byte_rows(umem, rows.shape[1])[frame_addr.astype(np.int64) + t.length] = rows
+    sums = payload_sums(rows, length)
+    return write(umem, frame_addr, length, sums, t).astype(np.uint32)
 
 
 def payload_matrix(payloads: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:

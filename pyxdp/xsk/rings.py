@@ -11,7 +11,9 @@ __atomic_load_n(__ATOMIC_ACQUIRE) and __atomic_store_n(__ATOMIC_RELEASE), which 
 compiler barrier on x86-64 (TSO) and to LDAR/STLR on arm64. Calling them
 through ctypes gives each batch those semantics for four calls, while the
 entries themselves are read and written with numpy, ordered by the calls
-that bracket them (see pyxdp/xsk/socket.py).
+that bracket them (see pyxdp/xsk/socket.py). That is the pure path; the
+compiled core (pyxdp/xsk/_core.c, chosen by pyxdp/xsk/core.py) does the
+same on the same struct in one C call per batch, with the same barriers.
 
 The ring structs below are libxdp's `struct xsk_ring_prod/cons` (public ABI:
 its inline functions read these fields in the caller's code).
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.xsk import core
 
 LIBXDP = "libxdp.so.1"
 
@@ -123,6 +126,7 @@ class _Ring:
         self._ring = _XskRing(0, 0, size - 1, size, base + offsets.producer,
                               base + offsets.consumer, base + offsets.desc, base + offsets.flags)
         self._ref = ctypes.byref(self._ring)
+        self._ring_addr = core.ring_address(self._ring)
         self._idx = ctypes.c_uint32()
         self._idx_ref = ctypes.byref(self._idx)
         self._lib = libxdp()
@@ -178,11 +182,19 @@ class FillRing(_Ring):
     def _drop_views(self) -> None:
         self._addr = None
 
-    def put(self, addrs: np.ndarray) -> None:
-        """Publish ADDRS. pyxdp.xsk sizes the ring so there is always room."""
+    def put(self, addrs: np.ndarray, chunk_mask: int | np.integer) -> None:
+        """Publish the chunks of ADDRS (descriptor addresses, masked to their
+        chunk's start with CHUNK_MASK). pyxdp.xsk sizes the ring so there is
+        always room."""
         n = len(addrs)
+        c = core.compiled
+        if c is not None:
+            if c.fill_put(self._ring_addr, _u64(addrs), int(chunk_mask)) < 0:
+                raise RuntimeError(f"no room for {n} chunks in the fill ring: chunks were lost")
+            return
         if not self._lib.prod_reserve(self._ref, n, self._idx_ref):
             raise RuntimeError(f"no room for {n} chunks in the fill ring: chunks were lost")
+        addrs = addrs & np.uint64(chunk_mask)
         start = self._idx.value & (self.size - 1)
         first = min(n, self.size - start)
         self._addr[start:start + first] = addrs[:first]
@@ -216,6 +228,9 @@ class TxRing(_Ring):
     def put(self, addr: np.ndarray, length: np.ndarray) -> int:
         """Publish as many of the descriptors (ADDR, LENGTH) as fit, from
         the first; returns how many."""
+        c = core.compiled
+        if c is not None:
+            return c.tx_put(self._ring_addr, _u64(addr), np.ascontiguousarray(length, np.uint32))
         n = min(len(addr), self.room(len(addr)))
         if not n or not self._lib.prod_reserve(self._ref, n, self._idx_ref):
             return 0
@@ -253,6 +268,11 @@ class CompletionRing(_Ring):
 
     def take(self, limit: int) -> np.ndarray:
         """Up to LIMIT completed addresses, copied, and released to the kernel."""
+        c = core.compiled
+        if c is not None:
+            addr = np.empty(limit, np.uint64)
+            n = c.comp_take(self._ring_addr, limit, addr)
+            return addr[:n] if n else _EMPTY_ADDR
         n = self._lib.cons_peek(self._ref, limit, self._idx_ref)
         if not n:
             return _EMPTY_ADDR
@@ -267,6 +287,10 @@ def _copy_out(column: np.ndarray, start: int, n: int) -> np.ndarray:
     if end <= len(column):
         return column[start:end].copy()
     return np.concatenate((column[start:], column[:end - len(column)]))
+
+
+def _u64(addr: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(addr, np.uint64)
 
 
 _EMPTY_ADDR = np.empty(0, np.uint64)

@@ -119,7 +119,8 @@ class XskSocket(AfXdpSocket):
             fill, rx = self.memory.fill, self.rx
             assert fill is not None and rx is not None  # asked for above
             self._fill, self._rx, self._chunk_mask = fill, rx, self.memory.chunk_mask
-            self._fill.put(np.arange(frames, dtype=np.uint64) * np.uint64(self.chunk_size))
+            self._fill.put(np.arange(frames, dtype=np.uint64) * np.uint64(self.chunk_size),
+                           self._chunk_mask)
             self._poll = select.poll()
             self._poll.register(self.fileno(), select.POLLIN)
             self._register(ins.pin_dir)
@@ -188,7 +189,7 @@ class XskSocket(AfXdpSocket):
         """Give the chunks at ADDR (descriptor addresses) back to the kernel.
         The fill ring has two slots per chunk, so they always fit."""
         if len(addr) and not self.closed:
-            self._fill.put(addr & self._chunk_mask)
+            self._fill.put(addr, self._chunk_mask)
 
     def notes(self) -> list[str]:
         """What a user should know before trusting what this socket gets."""
