@@ -68,6 +68,9 @@ SECURITY="${SECURITY%%$'\n'*}"
 # than keep a second copy that would drift.
 read -r -a PROJECT_PKGS <<<"$(sed -n 's/^PACKAGES=(\(.*\))$/\1/p' "$REPO/vagrant/provision.sh")"
 [ ${#PROJECT_PKGS[@]} -gt 0 ] || die "found no PACKAGES=(...) line in vagrant/provision.sh"
+# Its best-effort ones too (the bench's C consumer): the guest has no network,
+# so what the image lacks, provision.sh cannot add there.
+read -r -a BENCH_DEV_PKGS <<<"$(sed -n 's/^BENCH_DEV_PACKAGES=(\(.*\))$/\1/p' "$REPO/vagrant/provision.sh")"
 EXTRA_PKGS=(initramfs-tools kmod util-linux iproute2 python3 python3-venv python3-bpfcc
             ca-certificates procps iputils-ping socat haproxy gcc libc6-dev tmux)
 # Only the dependency lists of pyproject.toml matter: a change elsewhere in it
@@ -77,7 +80,7 @@ import sys, tomllib
 p = tomllib.load(open(sys.argv[1], "rb"))["project"]
 print("\n".join(p["dependencies"] + ["[test]"] + p["optional-dependencies"]["test"]))
 ' "$REPO/pyproject.toml")"
-INPUTS_HASH="$( { cat "${BASH_SOURCE[0]}" "$HERE/zl-init"; echo "${PROJECT_PKGS[*]}";
+INPUTS_HASH="$( { cat "${BASH_SOURCE[0]}" "$HERE/zl-init"; echo "${PROJECT_PKGS[*]} ${BENCH_DEV_PKGS[*]}";
                   echo "$PYDEPS"; echo "$KERNEL"; } | sha256sum | cut -d' ' -f1)"
 # The other half of the key: the archive's current kernel in every suite the
 # image's apt takes it from, so a Debian kernel update rebuilds the image.
@@ -231,6 +234,8 @@ inroot apt-get install -y -q --no-install-recommends "${KTARGET[@]}" \
     linux-image-amd64 linux-headers-amd64 >&2
 inroot apt-get install -y -q --no-install-recommends \
     "${EXTRA_PKGS[@]}" "${PROJECT_PKGS[@]}" >&2
+[ ${#BENCH_DEV_PKGS[@]} -eq 0 ] || inroot apt-get install -y -q --no-install-recommends "${BENCH_DEV_PKGS[@]}" >&2 \
+    || say "could not install ${BENCH_DEV_PKGS[*]}: the bench's C consumer is skipped in this image"
 KREL="$(ls "$ROOT/lib/modules" | sort -V | tail -n 1)"
 [ -f "$ROOT/boot/vmlinuz-$KREL" ] && [ -f "$ROOT/boot/initrd.img-$KREL" ] \
     || die "kernel $KREL or its initrd is missing in the image"
