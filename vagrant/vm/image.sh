@@ -191,7 +191,9 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
 fi
 KTARGET=(-t "$KSUITE")
 case "$KSUITE" in
-    "$SUITE") ;;
+    # No -t: it would rank the release above its own -security suite, and the
+    # image would miss the kernel updates that the cache key follows.
+    "$SUITE") KTARGET=() ;;
     "$SUITE-backports")
         echo "deb $MIRROR $KSUITE main" >"$ROOT/etc/apt/sources.list.d/backports.list" ;;
     bullseye)
