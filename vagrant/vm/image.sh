@@ -241,6 +241,10 @@ inroot apt-get install -y -q --no-install-recommends \
 KREL="$(ls "$ROOT/lib/modules" | sort -V | tail -n 1)"
 [ -f "$ROOT/boot/vmlinuz-$KREL" ] && [ -f "$ROOT/boot/initrd.img-$KREL" ] \
     || die "kernel $KREL or its initrd is missing in the image"
+# The kernel the key names: the newest of its suites, else the key lies.
+KVER="$(inroot dpkg-query -W -f='${Version}' linux-image-amd64)"
+NEWEST="$(printf '%s\n' "$KINDEX" | awk '{ gsub(",", "\n", $3); print $3 }' | grep -v '^-$' | sort -V | tail -n 1)"
+[ "$KVER" = "$NEWEST" ] || die "installed linux-image-amd64 $KVER, but the newest in the archive's index is $NEWEST"
 # A backports kernel moves on (7.3 today): then the name here must follow.
 case "$KREL" in "$KERNEL".*) ;; *) die "wanted kernel $KERNEL, got $KREL from $KSUITE: rename the kernel in image.sh, run.sh and matrix.sh" ;; esac
 # bcc compiles against /lib/modules/<release>/build, and Debian splits the tree
