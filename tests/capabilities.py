@@ -68,5 +68,8 @@ def pytest_sessionfinish(session):
     if not path:
         return
     with open(path, "w") as out:
+        # conformance.sh says which selection ran, on which userspace.
         json.dump({"kernel": platform.release(), "columns": CAPABILITIES,
+                   "system": os.environ.get("ZEROLAYER_SYSTEM", ""),
+                   "selection": os.environ.get("ZEROLAYER_SELECTION", ""),
                    "capabilities": _outcomes}, out, indent=1)

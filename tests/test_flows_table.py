@@ -84,6 +84,7 @@ def test_a_token_port_added_at_run_time_is_its_own_flow(prog):
         prog.configure([frames.DEFAULT_PORT], "drop")
 
 
+@pytest.mark.smoke
 def test_flow_counts_match_the_judge(prog):
     datagrams = [REQUEST, T, T * 3, PING, token_frames(("token", "abc"), ("done", '{"n":4}'))]
     for d in datagrams:

@@ -79,6 +79,7 @@ def delta(after, before):
     return counters.delta(after, before)
 
 
+@pytest.mark.smoke
 @FORWARDING
 @pytest.mark.parametrize("routed", [{"mode": "native"}, {"mode": "skb"}], indirect=True,
                          ids=["native", "skb"])

@@ -10,7 +10,7 @@ from pyxdp.lab import generator
 from pyxdp.relay.datapath import RelayDataPath
 from pyxdp.xdp import compiler, testrun
 
-pytestmark = [pytest.mark.root, pytest.mark.kernel]
+pytestmark = [pytest.mark.root, pytest.mark.kernel, pytest.mark.smoke]
 
 # name -> a loader whose result has close(), with the product's own program
 # names, maps and compile flags.

@@ -210,6 +210,7 @@ def test_frames_split_at_every_byte_offset(harness, direction):
     h.check_no_leaks()
 
 
+@pytest.mark.smoke
 def test_many_frames_in_one_segment(harness):
     h = harness()
     client, upstream = h.connect()

@@ -26,6 +26,7 @@ def attach(cli, lab, *args, ifname=None):
 
 
 @pytest.mark.kernel
+@pytest.mark.smoke
 @pytest.mark.capability("xdp_native")
 def test_auto_mode_on_veth_is_native_and_reported(cli, lab, record_property):
     result = attach(cli, lab)
@@ -40,6 +41,7 @@ def test_auto_mode_on_veth_is_native_and_reported(cli, lab, record_property):
 
 
 @pytest.mark.kernel
+@pytest.mark.smoke
 @pytest.mark.capability("xdp_skb")
 def test_auto_mode_falls_back_to_skb_and_says_why(cli, lab, record_property):
     # lo has no native XDP support: auto must land in skb mode and say so

@@ -123,6 +123,7 @@ def _varied_packets(lab) -> list:
 
 
 @pytest.mark.kernel
+@pytest.mark.smoke
 @pytest.mark.capability("af_xdp_copy")
 def test_every_frame_arrives_once_in_order_with_exact_bytes(attached, record_property):
     packets = _varied_packets(attached)
@@ -388,6 +389,7 @@ def test_bad_socket_options_are_refused(attached, options, message):
 
 
 @pytest.mark.kernel
+@pytest.mark.smoke
 @pytest.mark.capability("af_xdp_zero_copy")
 def test_zerocopy_on_veth_is_refused_not_faked(attached, record_property):
     with pytest.raises(ZerolayerError,

@@ -187,6 +187,7 @@ def test_the_route_mtu_bounds_the_datagrams(lab):
 # --- sharing a UMEM: send on what was received ------------------------------------------
 
 @pytest.mark.kernel
+@pytest.mark.smoke
 @pytest.mark.capability("af_xdp_tx")
 def test_a_received_datagram_is_sent_on_from_its_own_chunk(lab, record_property):
     """RX socket (registered with zerolayer on dut0) and TX socket on one

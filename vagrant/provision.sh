@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make a fresh Debian 12 machine ready for zerolayer, then optionally run it.
+# Make a fresh Debian 12 or 13 machine ready for zerolayer, then optionally run it.
 #
 #   bash vagrant/provision.sh             provision only
 #   bash vagrant/provision.sh demo        provision, then run `zerolayer demo`
@@ -38,8 +38,8 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # core (pyxdp/xsk/_core.c) with it and python3-dev's headers.
 PACKAGES=(python3-bpfcc python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc)
 # The C consumer's headers and libraries. Best effort: where libbpf1 came
-# from bookworm-backports (with its kernel), bookworm's libbpf-dev cannot be
-# installed beside it, and the bench then skips the consumer with a note.
+# from a backports suite (with its kernel), the release's libbpf-dev cannot
+# be installed beside it, and the bench then skips the consumer with a note.
 BENCH_DEV_PACKAGES=(libxdp-dev libbpf-dev)
 not_installed() {
     local pkg

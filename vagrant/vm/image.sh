@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build (once) and print the directory of a bootable Debian 12 test image.
+# Build (once) and print the directory of a bootable Debian test image.
 #
-#   bash vagrant/vm/image.sh 6.1     bookworm's stock kernel
-#   bash vagrant/vm/image.sh 6.12    bookworm-backports' kernel
-#   bash vagrant/vm/image.sh 5.10    bullseye's stock kernel (in the same bookworm userspace)
+#   bash vagrant/vm/image.sh 5.10    Debian 11's kernel in a Debian 12 userspace
+#   bash vagrant/vm/image.sh 6.1     Debian 12 (bookworm) with its stock kernel
+#   bash vagrant/vm/image.sh 6.12    Debian 13 (trixie) with its stock kernel
+#   bash vagrant/vm/image.sh 7.3     Debian 13 with trixie-backports' kernel
+#   bash vagrant/vm/image.sh --key KERNEL   print the cache key's parts only
 #
 # The directory holds rootfs.ext4, vmlinuz, initrd.img and kernel-release.
 # run.sh boots it with -snapshot, so the cached image is never modified.
@@ -14,61 +16,22 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
+KEY_ONLY=""
+if [ "${1:-}" = --key ]; then KEY_ONLY=1; shift; fi
 KERNEL="${1:-}"
 CACHE="${ZEROLAYER_VM_CACHE:-/var/cache/zerolayer/vm}"
-SUITE=bookworm
 
 say() { printf 'image.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
+# SUITE: the userspace (bcc, Python, libxdp); KSUITE: where the kernel comes from.
 case "$KERNEL" in
-    6.1) KSUITE=$SUITE ;;
-    6.12) KSUITE=$SUITE-backports ;;
-    # Older than any supported kernel: there to prove the refusal is clear.
-    5.10) KSUITE=bullseye ;;
-    *) die "usage: image.sh 5.10|6.1|6.12" ;;
+    5.10) SUITE=bookworm KSUITE=bullseye ;;
+    6.1) SUITE=bookworm KSUITE=bookworm ;;
+    6.12) SUITE=trixie KSUITE=trixie ;;
+    7.3) SUITE=trixie KSUITE=trixie-backports ;;
+    *) die "usage: image.sh [--key] 5.10|6.1|6.12|7.3" ;;
 esac
-[ "$(id -u)" -eq 0 ] || die "run me as root (debootstrap and chroot need it)"
-
-# --- what the image depends on ------------------------------------------------
-# provision.sh owns the project's apt package list; read it from there rather
-# than keep a second copy that would drift.
-read -r -a PROJECT_PKGS <<<"$(sed -n 's/^PACKAGES=(\(.*\))$/\1/p' "$REPO/vagrant/provision.sh")"
-[ ${#PROJECT_PKGS[@]} -gt 0 ] || die "found no PACKAGES=(...) line in vagrant/provision.sh"
-EXTRA_PKGS=(initramfs-tools kmod util-linux iproute2 python3 python3-venv python3-bpfcc
-            ca-certificates procps iputils-ping socat haproxy gcc libc6-dev tmux)
-# Only the dependency lists of pyproject.toml matter: a change elsewhere in it
-# (version, package data) must not cost a 15-minute rebuild.
-PYDEPS="$(/usr/bin/python3 -c '
-import sys, tomllib
-p = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print("\n".join(p["dependencies"] + ["[test]"] + p["optional-dependencies"]["test"]))
-' "$REPO/pyproject.toml")"
-INPUTS_HASH="$( { cat "${BASH_SOURCE[0]}" "$HERE/zl-init"; echo "${PROJECT_PKGS[*]}";
-                  echo "$PYDEPS"; echo "$KERNEL"; } | sha256sum | cut -d' ' -f1)"
-
-OUT="$CACHE/$KERNEL"
-mkdir -p "$CACHE"
-# One build per kernel at a time: a second caller waits, then finds the cache.
-exec 9>"$CACHE/.lock-$KERNEL"
-flock 9
-if [ -f "$OUT/inputs.sha256" ] && [ "$(cat "$OUT/inputs.sha256")" = "$INPUTS_HASH" ] \
-   && [ -f "$OUT/rootfs.ext4" ] && [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initrd.img" ]; then
-    say "reusing cached image for $KERNEL ($(cat "$OUT/kernel-release"))"
-    echo "$OUT"
-    exit 0
-fi
-
-# --- host tools ---------------------------------------------------------------
-need=()
-command -v debootstrap >/dev/null || need+=(debootstrap)
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
-if [ ${#need[@]} -gt 0 ]; then
-    say "installing host tools: ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >&2
-    apt-get install -y -q --no-install-recommends "${need[@]}" >&2
-fi
+[ -n "$KEY_ONLY" ] || [ "$(id -u)" -eq 0 ] || die "run me as root (debootstrap and chroot need it)"
 
 # --- the mirror: whatever this host's apt already uses -------------------------
 # deb822 first (Debian 12's default), then the one-line format. Prints the URIs
@@ -88,15 +51,88 @@ mirror_uri() {
     { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
         awk -v suite="$suite" '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; continue } else { if ($(i+1) == suite) print $i; break } }'
 }
+# A mirror serves every release at one URI, and the security archive every
+# -security suite at another: the host's own (Debian 12 or 13) give them all.
+# ZEROLAYER_VM_MIRROR / ZEROLAYER_VM_SECURITY override them (the tests use a
+# fake file:// archive).
+HOST_SUITE="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")"
 # Not "| head -n 1": under pipefail its SIGPIPE would fail the pipeline.
-MIRROR="$(mirror_uri "$SUITE")"
+MIRROR="${ZEROLAYER_VM_MIRROR:-$(mirror_uri "$HOST_SUITE")}"
 MIRROR="${MIRROR%%$'\n'*}"
-[ -n "$MIRROR" ] || die "found no '$SUITE' source in this host's apt configuration"
-# The security archive serves every release's -security suite at one URI, so
-# the host's bookworm-security source also gives bullseye-security. Optional.
-SECURITY="$(mirror_uri "$SUITE-security")"
+[ -n "$MIRROR" ] || die "found no '$HOST_SUITE' source in this host's apt configuration (set ZEROLAYER_VM_MIRROR to a Debian mirror)"
+SECURITY="${ZEROLAYER_VM_SECURITY-$(mirror_uri "$HOST_SUITE-security")}"   # optional
 SECURITY="${SECURITY%%$'\n'*}"
-say "building image for kernel $KERNEL from $MIRROR ($KSUITE)"
+
+# --- what the image depends on ------------------------------------------------
+# provision.sh owns the project's apt package list; read it from there rather
+# than keep a second copy that would drift.
+read -r -a PROJECT_PKGS <<<"$(sed -n 's/^PACKAGES=(\(.*\))$/\1/p' "$REPO/vagrant/provision.sh")"
+[ ${#PROJECT_PKGS[@]} -gt 0 ] || die "found no PACKAGES=(...) line in vagrant/provision.sh"
+# Its best-effort ones too (the bench's C consumer): the guest has no network,
+# so what the image lacks, provision.sh cannot add there.
+read -r -a BENCH_DEV_PKGS <<<"$(sed -n 's/^BENCH_DEV_PACKAGES=(\(.*\))$/\1/p' "$REPO/vagrant/provision.sh")"
+EXTRA_PKGS=(initramfs-tools kmod util-linux iproute2 python3 python3-venv python3-bpfcc
+            ca-certificates procps iputils-ping socat haproxy gcc libc6-dev tmux)
+# Only the dependency lists of pyproject.toml matter: a change elsewhere in it
+# (version, package data) must not cost a 15-minute rebuild.
+PYDEPS="$(/usr/bin/python3 -c '
+import sys, tomllib
+p = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print("\n".join(p["dependencies"] + ["[test]"] + p["optional-dependencies"]["test"]))
+' "$REPO/pyproject.toml")"
+INPUTS_HASH="$( { cat "${BASH_SOURCE[0]}" "$HERE/zl-init"; echo "${PROJECT_PKGS[*]} ${BENCH_DEV_PKGS[*]}";
+                  echo "$PYDEPS"; echo "$KERNEL"; } | sha256sum | cut -d' ' -f1)"
+# The other half of the key: the archive's current kernel in every suite the
+# image's apt takes it from, so a Debian kernel update rebuilds the image.
+# (The same suites the image's apt sources list below.)
+case "$KSUITE" in
+    *-backports) KEY_SOURCES=("$MIRROR" "$KSUITE") ;;
+    bullseye) KEY_SOURCES=("$MIRROR" bullseye) ;;
+    *) KEY_SOURCES=("$MIRROR" "$KSUITE" "$MIRROR" "$KSUITE-updates") ;;
+esac
+[ -z "$SECURITY" ] || [ "$KSUITE" != "${KSUITE%-backports}" ] || KEY_SOURCES+=("$SECURITY" "$KSUITE-security")
+KINDEX_RC=0
+KINDEX="$(/usr/bin/python3 "$HERE/kernel_index.py" "$CACHE/index" linux-image-amd64 "${KEY_SOURCES[@]}")" \
+    || KINDEX_RC=$?
+if [ -n "$KEY_ONLY" ]; then
+    echo "rig $INPUTS_HASH"
+    [ "$KINDEX_RC" -eq 0 ] && echo "$KINDEX"
+    exit "$KINDEX_RC"
+fi
+
+OUT="$CACHE/$KERNEL"
+mkdir -p "$CACHE"
+# One build per kernel at a time: a second caller waits, then finds the cache.
+exec 9>"$CACHE/.lock-$KERNEL"
+flock 9
+if [ -f "$OUT/inputs.sha256" ] && [ "$(cat "$OUT/inputs.sha256")" = "$INPUTS_HASH" ] \
+   && [ -f "$OUT/rootfs.ext4" ] && [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initrd.img" ]; then
+    if [ "$KINDEX_RC" -ne 0 ]; then
+        say "cannot check the archive's kernel (see above): reusing the cached image for $KERNEL ($(cat "$OUT/kernel-release")), which may be out of date"
+        echo "$OUT"
+        exit 0
+    fi
+    if [ "$(cat "$OUT/kernel-index" 2>/dev/null)" = "$KINDEX" ]; then
+        say "reusing cached image for $KERNEL ($(cat "$OUT/kernel-release"))"
+        echo "$OUT"
+        exit 0
+    fi
+    say "the archive's kernel changed since the cached image for $KERNEL was built: rebuilding"
+fi
+[ "$KINDEX_RC" -eq 0 ] || die "cannot check the archive's kernel and no image for $KERNEL is cached: is $MIRROR reachable?"
+
+# --- host tools ---------------------------------------------------------------
+need=()
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+if [ ${#need[@]} -gt 0 ]; then
+    say "installing host tools: ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >&2
+    apt-get install -y -q --no-install-recommends "${need[@]}" >&2
+fi
+say "building image for kernel $KERNEL: Debian $SUITE, kernel from $KSUITE, mirror $MIRROR"
 
 # --- build area, cleaned on every exit path -----------------------------------
 # Inside the cache dir, so the final rename is atomic (same filesystem).
@@ -155,7 +191,9 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
 fi
 KTARGET=(-t "$KSUITE")
 case "$KSUITE" in
-    "$SUITE") ;;
+    # No -t: it would rank the release above its own -security suite, and the
+    # image would miss the kernel updates that the cache key follows.
+    "$SUITE") KTARGET=() ;;
     "$SUITE-backports")
         echo "deb $MIRROR $KSUITE main" >"$ROOT/etc/apt/sources.list.d/backports.list" ;;
     bullseye)
@@ -188,17 +226,27 @@ Pin-Priority: 990
 EOF
         KTARGET=() ;;
 esac
-echo "deb $MIRROR $SUITE-updates main" >"$ROOT/etc/apt/sources.list.d/updates.list"
+{
+    echo "deb $MIRROR $SUITE-updates main"
+    [ -z "$SECURITY" ] || echo "deb $SECURITY $SUITE-security main"
+} >"$ROOT/etc/apt/sources.list.d/updates.list"
 inroot apt-get update -q >&2
 # The kernel and its headers from the same suite, so their versions match.
 inroot apt-get install -y -q --no-install-recommends "${KTARGET[@]}" \
     linux-image-amd64 linux-headers-amd64 >&2
 inroot apt-get install -y -q --no-install-recommends \
     "${EXTRA_PKGS[@]}" "${PROJECT_PKGS[@]}" >&2
+[ ${#BENCH_DEV_PKGS[@]} -eq 0 ] || inroot apt-get install -y -q --no-install-recommends "${BENCH_DEV_PKGS[@]}" >&2 \
+    || say "could not install ${BENCH_DEV_PKGS[*]}: the bench's C consumer is skipped in this image"
 KREL="$(ls "$ROOT/lib/modules" | sort -V | tail -n 1)"
 [ -f "$ROOT/boot/vmlinuz-$KREL" ] && [ -f "$ROOT/boot/initrd.img-$KREL" ] \
     || die "kernel $KREL or its initrd is missing in the image"
-case "$KREL" in "$KERNEL".*) ;; *) die "wanted kernel $KERNEL, got $KREL" ;; esac
+# The kernel the key names: the newest of its suites, else the key lies.
+KVER="$(inroot dpkg-query -W -f='${Version}' linux-image-amd64)"
+NEWEST="$(printf '%s\n' "$KINDEX" | awk '{ gsub(",", "\n", $3); print $3 }' | grep -v '^-$' | sort -V | tail -n 1)"
+[ "$KVER" = "$NEWEST" ] || die "installed linux-image-amd64 $KVER, but the newest in the archive's index is $NEWEST"
+# A backports kernel moves on (7.3 today): then the name here must follow.
+case "$KREL" in "$KERNEL".*) ;; *) die "wanted kernel $KERNEL, got $KREL from $KSUITE: rename the kernel in image.sh, run.sh and matrix.sh" ;; esac
 # bcc compiles against /lib/modules/<release>/build, and Debian splits the tree
 # (kconfig.h lives under source). The headers package makes both links
 # (absolute, so test them from inside); this only proves they resolve.
@@ -267,6 +315,7 @@ phase mkfs
 # --- publish atomically -------------------------------------------------------
 # The hash goes in last, and the directory appears by one rename: a killed
 # build leaves only a .build-* directory, never a half image that looks valid.
+echo "$KINDEX" >"$WORK/kernel-index"
 echo "$INPUTS_HASH" >"$WORK/inputs.sha256"
 OLD="$CACHE/.old-$KERNEL.$$"
 [ -e "$OUT" ] && mv "$OUT" "$OLD"

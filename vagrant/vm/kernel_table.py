@@ -31,11 +31,13 @@ def cell(outcome: dict | None) -> str:
 
 def table(reports: list[dict]) -> str:
     columns = reports[0]["columns"]
-    lines = ["| kernel | " + " | ".join(columns.values()) + " |",
-             "|---" * (len(columns) + 1) + "|"]
+    lines = ["| kernel | userspace | tests | " + " | ".join(columns.values()) + " |",
+             "|---" * (len(columns) + 3) + "|"]
     for report in sorted(reports, key=lambda r: [int(x) for x in re.findall(r"\d+", r["kernel"])[:2]]):
         cells = [cell(report["capabilities"].get(name)) for name in columns]
-        lines.append(f"| {report['kernel']} | " + " | ".join(cells) + " |")
+        # conformance.sh records the userspace and the selection (full or smoke).
+        lines.append(f"| {report['kernel']} | {report.get('system') or '?'} | "
+                     f"{report.get('selection') or '?'} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

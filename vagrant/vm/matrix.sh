@@ -2,42 +2,57 @@
 # The kernel matrix: the conformance suite (conformance.sh) on each kernel,
 # then the kernel x capability table made from what the runs reported.
 #
-#   bash vagrant/vm/matrix.sh [--readme] [KERNEL...]
+#   bash vagrant/vm/matrix.sh [--readme] [KERNEL...] [--smoke KERNEL...]
 #
-# KERNEL is 6.1 or 6.12 (booted in the VM by run.sh) or `host` (this
-# machine's own kernel); the default is all three. --readme writes the table
-# into README.md as well as printing it. Exits non-zero if any kernel failed.
+# KERNEL is 5.10, 6.1, 6.12 or 7.3 (booted in the VM by run.sh; image.sh
+# says what each is) or `host` (this machine's own kernel); the default is
+# host and the four VM kernels. Kernels after --smoke run the smoke
+# selection (conformance.sh --smoke), the others the full one. --readme
+# writes the table into README.md as well as printing it. Exits non-zero if
+# any kernel failed.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 README=""
 if [ "${1:-}" = "--readme" ]; then README="$REPO/README.md"; shift; fi
-[ $# -gt 0 ] || set -- host 6.1 6.12
+[ $# -gt 0 ] || set -- host 5.10 6.1 6.12 7.3
+kernels=() selections=() selection=full
+for arg in "$@"; do
+    case "$arg" in
+        --smoke) selection=smoke ;;
+        host|5.10|6.1|6.12|7.3) kernels+=("$arg"); selections+=("$selection") ;;
+        *) echo "matrix: unknown kernel '$arg' (use host, 5.10, 6.1, 6.12, 7.3; --smoke before the smoke ones)" >&2; exit 2 ;;
+    esac
+done
+[ ${#kernels[@]} -gt 0 ] || { echo "matrix: no kernel given after --smoke" >&2; exit 2; }
 
 # Reports go inside the repository: the VM sees it over 9p at the same path.
 OUT="$REPO/.kernel-reports"
 mkdir -p "$OUT"
 failed=()
-for kernel in "$@"; do
+for i in "${!kernels[@]}"; do
+    kernel="${kernels[i]}" selection="${selections[i]}"
+    flag=()
+    [ "$selection" = full ] || flag=(--smoke)
     report="$OUT/$kernel.json"
     rm -f "$report"
     start=$SECONDS
-    echo "matrix: conformance on $kernel"
+    echo "matrix: conformance on $kernel ($selection selection)"
     if [ "$kernel" = host ]; then
-        bash "$HERE/conformance.sh" "$report" || failed+=("$kernel")
+        bash "$HERE/conformance.sh" "${flag[@]}" "$report" || failed+=("$kernel")
     else
         # Under emulation a test run costs ~100x more: 2,000 random datagrams
         # still reach every class of the judge many times over.
         bash "$HERE/run.sh" --kernel "$kernel" -- \
-            env ZEROLAYER_DIFFERENTIAL_CASES=2000 bash vagrant/vm/conformance.sh "$report" \
+            env ZEROLAYER_DIFFERENTIAL_CASES=2000 bash vagrant/vm/conformance.sh "${flag[@]}" "$report" \
             || failed+=("$kernel")
     fi
     echo "matrix: $kernel took $((SECONDS - start)) s"
 done
 
 reports=()
-for kernel in "$@"; do
+for kernel in "${kernels[@]}"; do
     [ -f "$OUT/$kernel.json" ] && reports+=("$OUT/$kernel.json")
 done
 if [ ${#reports[@]} -gt 0 ]; then

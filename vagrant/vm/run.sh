@@ -2,7 +2,7 @@
 # Boot a Debian test image under qemu and run one command inside it, as root,
 # in the repository (shared in over 9p at the same absolute path as here).
 #
-#   bash vagrant/vm/run.sh [--kernel 6.1|6.12|5.10] [--timeout SECONDS] [--mem MB] -- COMMAND [ARGS...]
+#   bash vagrant/vm/run.sh [--kernel 5.10|6.1|6.12|7.3] [--timeout SECONDS] [--mem MB] -- COMMAND [ARGS...]
 #
 # The command's output streams to stdout; this script exits with its status
 # (124 on timeout, 125 if the guest never reported one). ZEROLAYER_VM_ACCEL=
@@ -16,7 +16,7 @@ KERNEL=6.1 TIMEOUT=3600 MEM=4096
 
 say() { printf 'run.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 2; }
-usage() { die "usage: run.sh [--kernel 6.1|6.12|5.10] [--timeout SECONDS] [--mem MB] -- COMMAND [ARGS...]"; }
+usage() { die "usage: run.sh [--kernel 5.10|6.1|6.12|7.3] [--timeout SECONDS] [--mem MB] -- COMMAND [ARGS...]"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --kernel) KERNEL="${2:?}"; shift 2 ;;
