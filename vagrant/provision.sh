@@ -35,8 +35,10 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # `zerolayer top` in a pane.
 # socat, haproxy: peers of the relay bench. gcc: the bench compiles its splice
 # relay and its delivery C consumer, and pip builds pyxdp's compiled AF_XDP
-# core (pyxdp/xsk/_core.c) with it and python3-dev's headers.
-PACKAGES=(python3-bpfcc python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc)
+# core (pyxdp/xsk/_core.c) with it and python3-dev's headers. strace: the
+# concurrency test slows a writer of the port set with it
+# (tests/test_concurrency.py).
+PACKAGES=(python3-bpfcc python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc strace)
 # The C consumer's headers and libraries. Best effort: where libbpf1 came
 # from a backports suite (with its kernel), the release's libbpf-dev cannot
 # be installed beside it, and the bench then skips the consumer with a note.
