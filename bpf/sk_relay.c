@@ -22,6 +22,9 @@ static __always_inline int zl_sk_break(struct zl_sk_counters *c, struct zl_sk_co
 			return zl_sk_errno(conn->broken);
 		conn->broken = reason;
 	}
+	/* clang proves the range on every path it sees and drops the check;
+	 * 7.3's verifier walks a path where it cannot tell (reason 0). */
+	zl_opaque(reason);
 	if (c && reason >= 1 && reason <= ZL_SK_REASONS)
 		c->malformed[reason - 1]++;
 	return zl_sk_errno(reason);
