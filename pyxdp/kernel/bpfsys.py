@@ -1,5 +1,5 @@
-"""The bpf(2) system call through ctypes: pins, map elements, object info and
-BPF_PROG_TEST_RUN.
+"""The bpf(2) system call through ctypes: pins, map elements, object info,
+BPF_PROG_TEST_RUN and helper probes.
 
 bcc compiles and loads; everything a fresh process needs afterwards (status,
 stats, detach, AF_XDP registration, test runs) goes through here, so those
@@ -294,6 +294,7 @@ def possible_cpus() -> int:
 # --- maps made here, program attachment to maps (the TCP frame relay) ---------
 
 BPF_MAP_CREATE = 0
+BPF_PROG_LOAD = 5
 BPF_PROG_ATTACH = 8
 BPF_PROG_DETACH = 9
 
@@ -334,3 +335,45 @@ def map_keys(fd: int, key_size: int) -> list[bytes]:
             return keys
         cur = nxt.raw
         keys.append(cur)
+
+
+# --- does the kernel have a helper? ---------------------------------------------
+
+_PROBE_LOG_SIZE = 4096
+# The verifier's words for a helper it does not have: "invalid func
+# unknown#N" past the last helper it knows, "unknown func NAME#N" for one
+# it knows but not for this program type.
+_UNKNOWN_HELPER = (b"invalid func ", b"unknown func ")
+
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("=BBhi", code, (src << 4) | dst, off, imm)
+
+
+def has_helper(prog_type: int, helper: int) -> bool:
+    """Whether the verifier lets a program of PROG_TYPE call HELPER (its
+    number in uapi/linux/bpf.h), as libbpf's feature probes decide: load a
+    program that calls it with a ctx, an offset, an 8-byte stack buffer and
+    its length (bpf_xdp_load_bytes' and bpf_skb_load_bytes' arguments), and
+    read the verifier log when the load fails. No compiler, a few microseconds."""
+    insns = b"".join((
+        _insn(0xBF, dst=3, src=10),          # r3 = r10 (frame pointer)
+        _insn(0x07, dst=3, imm=-8),          # r3 += -8
+        _insn(0xB7, dst=2, imm=0),           # r2 = 0
+        _insn(0xB7, dst=4, imm=8),           # r4 = 8
+        _insn(0x85, imm=helper),             # call HELPER (r1: the ctx)
+        _insn(0xB7, dst=0, imm=2),           # r0 = 2 (XDP_PASS, SK_PASS)
+        _insn(0x95),                         # exit
+    ))
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    log = ctypes.create_string_buffer(_PROBE_LOG_SIZE)
+    attr = _attr("=IIQQIIQ", prog_type, len(insns) // 8, _addr(code), _addr(license_),
+                 1, _PROBE_LOG_SIZE, _addr(log))
+    try:
+        os.close(bpf(BPF_PROG_LOAD, attr))
+    except OSError:
+        if any(words in log.raw for words in _UNKNOWN_HELPER):
+            return False
+        raise
+    return True
