@@ -8,6 +8,7 @@ paths never import bcc or compile anything.
 
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import platform
@@ -350,6 +351,34 @@ def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> 
     return struct.pack("=BBhi", code, (src << 4) | dst, off, imm)
 
 
+def load_raw(prog_type: int, insns: bytes, log=None) -> int:
+    """Load a program of PROG_TYPE given as raw instructions (a probe's:
+    nothing compiled); returns its fd. LOG, a buffer, gets the verifier's log."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    attr = _attr("=IIQQIIQ", prog_type, len(insns) // 8, _addr(code), _addr(license_),
+                 1 if log is not None else 0, len(log) if log is not None else 0, _addr(log))
+    return bpf(BPF_PROG_LOAD, attr)
+
+
+XDP_DROP_PROGRAM = _insn(0xB7, dst=0, imm=1) + _insn(0x95)  # r0 = XDP_DROP; exit
+
+
+def has_live_frames() -> bool:
+    """Whether XDP test runs take BPF_F_TEST_XDP_LIVE_FRAMES (Linux 5.18):
+    one run of a program that drops, so nothing is sent either way."""
+    fd = load_raw(BPF_PROG_TYPE_XDP, XDP_DROP_PROGRAM)
+    try:
+        prog_test_run(fd, bytes(64), flags=BPF_F_TEST_XDP_LIVE_FRAMES, out_size=0)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    finally:
+        os.close(fd)
+    return True
+
+
 def has_helper(prog_type: int, helper: int) -> bool:
     """Whether the verifier lets a program of PROG_TYPE call HELPER (its
     number in uapi/linux/bpf.h), as libbpf's feature probes decide: load a
@@ -365,13 +394,9 @@ def has_helper(prog_type: int, helper: int) -> bool:
         _insn(0xB7, dst=0, imm=2),           # r0 = 2 (XDP_PASS, SK_PASS)
         _insn(0x95),                         # exit
     ))
-    code = ctypes.create_string_buffer(insns, len(insns))
-    license_ = ctypes.create_string_buffer(b"GPL")
     log = ctypes.create_string_buffer(_PROBE_LOG_SIZE)
-    attr = _attr("=IIQQIIQ", prog_type, len(insns) // 8, _addr(code), _addr(license_),
-                 1, _PROBE_LOG_SIZE, _addr(log))
     try:
-        os.close(bpf(BPF_PROG_LOAD, attr))
+        os.close(load_raw(prog_type, insns, log))
     except OSError:
         if any(words in log.raw for words in _UNKNOWN_HELPER):
             return False
