@@ -38,9 +38,10 @@ int zl_sk_parser(struct __sk_buff *skb)
 	struct zl_sk_config *cfg;
 	struct zl_sk_conn *conn;
 	__u64 cookie = bpf_get_socket_cookie(skb);
+	struct zl_stream_window *w;
 	__u32 zero = 0, reason, max_length, avail, total, len;
 	__u64 types;
-	__u8 type, fresh;
+	__u8 type;
 
 	c = zl_sk_counters.lookup(&zero);
 	conn = zl_sk_conns.lookup(&cookie);
@@ -48,7 +49,6 @@ int zl_sk_parser(struct __sk_buff *skb)
 		return zl_sk_break(c, conn, ZL_SK_DESYNC); /* not a socket we paired */
 	if (conn->broken)
 		return zl_sk_errno(conn->broken);
-	fresh = !conn->in_msg;
 	reason = zl_stream_place(skb, conn);
 	if (reason)
 		return zl_sk_break(c, conn, reason);
@@ -56,26 +56,25 @@ int zl_sk_parser(struct __sk_buff *skb)
 	avail = skb->len - conn->msg_off;
 	if (avail < ZL_FRAME_HDR_LEN)
 		return 0;
-	/* Only on a message's first call: later ones get the skb the stream
-	 * parser is appending to, and pulling would consume the fragments it
-	 * appends after. */
-	if (fresh)
-		zl_stream_pull(skb);
-	if (zl_stream_header_fast(skb, conn->msg_off, &len, &type))
-		return zl_sk_break(c, conn, ZL_SK_DESYNC);
 	cfg = zl_sk_config.lookup(&zero);
 	max_length = cfg ? cfg->max_length : 0;
+#if ZL_SK_WINDOW
+	w = zl_stream_window_take(zl_sk_window.lookup(&zero), skb, conn->msg_off);
+#else
+	w = NULL;
+#endif
+	if (zl_stream_header_read(skb, w, conn->msg_off, 0, &len, &type)) {
+		zl_stream_window_release(w);
+		return zl_sk_break(c, conn, ZL_SK_DESYNC);
+	}
 	reason = zl_stream_judge(len, type, max_length);
-	if (reason)
-		return zl_sk_break(c, conn, reason);
-
 	total = ZL_FRAME_HDR_LEN + len;
 	types = zl_sk_type_bit(type);
-	if (total <= avail) {
+	if (!reason && total <= avail) {
 		/* More whole frames in hand join the message. */
 		for (int i = 1; i < ZL_SK_BATCH; i++) {
 			if (avail - total < ZL_FRAME_HDR_LEN ||
-			    zl_stream_header_fast(skb, conn->msg_off + total, &len, &type) ||
+			    zl_stream_header_read(skb, w, conn->msg_off, total, &len, &type) ||
 			    zl_stream_judge(len, type, max_length) ||
 			    ZL_FRAME_HDR_LEN + len > avail - total)
 				break;
@@ -83,6 +82,9 @@ int zl_sk_parser(struct __sk_buff *skb)
 			types += zl_sk_type_bit(type);
 		}
 	}
+	zl_stream_window_release(w);
+	if (reason)
+		return zl_sk_break(c, conn, reason);
 	conn->msg_len = total;
 	conn->msg_types = types;
 	return total;

@@ -3,6 +3,7 @@
 #define ZL_SK_MAPS_H
 
 #include "zl_sk_structs.h"
+#include "zl_stream.h"
 
 #ifndef ZL_SK_SOCKS_FD
 #error "ZL_SK_SOCKS_FD is defined by the loader (pyxdp/relay/datapath.py)"
@@ -19,5 +20,9 @@ BPF_PERCPU_ARRAY(zl_sk_counters, struct zl_sk_counters, 1);
 BPF_ARRAY(zl_sk_config, struct zl_sk_config, 1);
 /* Per-socket framing state and the pairing, keyed by socket cookie. */
 BPF_HASH(zl_sk_conns, __u64, struct zl_sk_conn, ZL_SK_MAX_SOCKS);
+#if ZL_SK_WINDOW
+/* The parser's copy of a message's first bytes (zl_stream.h). */
+BPF_PERCPU_ARRAY(zl_sk_window, struct zl_stream_window, 1);
+#endif
 
 #endif

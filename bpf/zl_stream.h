@@ -24,6 +24,7 @@
 #include "zl_consts.h"
 #include "zl_endian.h"
 #include "zl_sk_structs.h"
+#include "zl_verifier.h"
 
 /* What a parser's negative return becomes: the stream parser stops and sets
  * it as the socket's error, where the relay reads it (SO_ERROR) as the
@@ -110,55 +111,105 @@ static __always_inline __u64 zl_sk_add_frames(__u64 *frames, __u64 counts)
 	return total;
 }
 
-/* Reads the frame header at OFF of SKB: 0, or -1 when SKB is too short. */
-static __always_inline int zl_stream_header(struct __sk_buff *skb, __u32 off,
-					    __u32 *len, __u8 *type)
+/* The stream parser may only read its skb: Linux refuses, at attach, a
+ * parser that can change packet data (bpf_skb_pull_data among them), since
+ * a pull could free fragments the stream parser still holds. TCP leaves
+ * most data in page fragments, where a program cannot read in place, and
+ * bpf_skb_load_bytes walks the fragments on every call. So a message's
+ * first ZL_SK_WINDOW bytes are copied once into a per-CPU window, where
+ * its headers are read in place; headers past it cost a helper call each.
+ * ZL_SK_WINDOW 0 reads every header with its own helper call: for kernels
+ * whose BPF has no atomic exchange (before Linux 5.12), which the window's
+ * claim needs. */
+#ifndef ZL_SK_WINDOW
+#error "ZL_SK_WINDOW is chosen by the loader (pyxdp/relay/datapath.py)"
+#endif
+#if ZL_SK_WINDOW & (ZL_SK_WINDOW - 1)
+#error "ZL_SK_WINDOW must be 0 or a power of two"
+#endif
+
+static __always_inline void zl_stream_header_decode(const __u8 *h, __u32 *len, __u8 *type)
+{
+	*len = ((__u32)h[0] << 24) | ((__u32)h[1] << 16) | ((__u32)h[2] << 8) | h[3];
+	*type = h[4];
+}
+
+#if ZL_SK_WINDOW
+struct zl_stream_window {
+	/* Claimed by one parser run at a time. A parser run in process
+	 * context can be preempted on its CPU by another one (for another
+	 * socket): the loser reads with the helper instead. */
+	__u64 busy;
+	__u32 len; /* bytes copied, from the message's start */
+	__u32 pad;
+	/* One header's worth of slack: a read at a masked offset stays
+	 * inside the value, as far as the verifier can tell. */
+	__u8 bytes[ZL_SK_WINDOW + ZL_FRAME_HDR_LEN];
+};
+
+/* W (this CPU's window, zl_sk_maps.h), claimed and filled with SKB's
+ * bytes from OFF; NULL when another run holds it, or it could not be
+ * filled. */
+static __always_inline struct zl_stream_window *zl_stream_window_take(struct zl_stream_window *w,
+								      struct __sk_buff *skb,
+								      __u32 off)
+{
+	/* 64-bit: clang would check a 32-bit n and hand the helper the
+	 * unchecked 64-bit register. */
+	__u64 n = (__u64)skb->len - off;
+
+	if (!w || __sync_lock_test_and_set(&w->busy, 1))
+		return NULL;
+	if (n > ZL_SK_WINDOW)
+		n = ZL_SK_WINDOW;
+	zl_opaque(n);
+	if (n < ZL_FRAME_HDR_LEN || n > ZL_SK_WINDOW ||
+	    bpf_skb_load_bytes(skb, off, w->bytes, n)) {
+		w->busy = 0;
+		return NULL;
+	}
+	w->len = n;
+	return w;
+}
+
+static __always_inline void zl_stream_window_release(struct zl_stream_window *w)
+{
+	if (w)
+		w->busy = 0;
+}
+#else
+struct zl_stream_window;
+
+static __always_inline struct zl_stream_window *zl_stream_window_take(struct zl_stream_window *w,
+								      struct __sk_buff *skb,
+								      __u32 off)
+{
+	return NULL;
+}
+
+static __always_inline void zl_stream_window_release(struct zl_stream_window *w)
+{
+}
+#endif
+
+/* Reads the frame header REL bytes into the message at OFF of SKB, from
+ * the window W where it is all there: 0, or -1 when SKB ends first. */
+static __always_inline int zl_stream_header_read(struct __sk_buff *skb,
+						 struct zl_stream_window *w, __u32 off,
+						 __u32 rel, __u32 *len, __u8 *type)
 {
 	__u8 hdr[ZL_FRAME_HDR_LEN];
 
-	if (bpf_skb_load_bytes(skb, off, hdr, sizeof(hdr)))
-		return -1;
-	*len = zl_ntohl(*(__u32 *)hdr);
-	*type = hdr[4];
-	return 0;
-}
-
-/* The parser makes up to this many bytes of the skb linear
- * (bpf_skb_pull_data), then reads the frame headers there in place instead
- * of through one helper call each (which walks the skb's fragments every
- * time). A header it cannot reach so is read with the helper. The verifier
- * needs offsets into packet data below 64 KiB. */
-#define ZL_SK_PULL_MAX 0xfff0
-
-/* Makes the skb's first bytes, up to ZL_SK_PULL_MAX, linear. A failure only
- * means the headers are read the slow way. */
-static __always_inline void zl_stream_pull(struct __sk_buff *skb)
-{
-	__u32 want = skb->len < ZL_SK_PULL_MAX ? skb->len : ZL_SK_PULL_MAX;
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-
-	if (data + want > data_end)
-		bpf_skb_pull_data(skb, want);
-}
-
-/* zl_stream_header, read in place when the header is in the linear data. */
-static __always_inline int zl_stream_header_fast(struct __sk_buff *skb, __u32 off,
-						 __u32 *len, __u8 *type)
-{
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	__u8 *h;
-
-	if (off < ZL_SK_PULL_MAX) {
-		h = data + off;
-		if ((void *)(h + ZL_FRAME_HDR_LEN) <= data_end) {
-			*len = ((__u32)h[0] << 24) | ((__u32)h[1] << 16) | ((__u32)h[2] << 8) | h[3];
-			*type = h[4];
-			return 0;
-		}
+#if ZL_SK_WINDOW
+	if (w && rel < ZL_SK_WINDOW && rel + ZL_FRAME_HDR_LEN <= w->len) {
+		zl_stream_header_decode(&w->bytes[zl_bound(rel, ZL_SK_WINDOW - 1)], len, type);
+		return 0;
 	}
-	return zl_stream_header(skb, off, len, type);
+#endif
+	if (bpf_skb_load_bytes(skb, off + rel, hdr, sizeof(hdr)))
+		return -1;
+	zl_stream_header_decode(hdr, len, type);
+	return 0;
 }
 
 #endif

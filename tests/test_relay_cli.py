@@ -14,22 +14,28 @@ import time
 import pytest
 
 from cli_runner import ZEROLAYER
+from pyxdp.xdp import compiler
 
 pytestmark = pytest.mark.root
 
 
 @contextlib.contextmanager
-def running(*args):
+def running(*args, env=None, may_exit=False):
     """Run `zerolayer ARGS` for the block; yield it and its first line on
     stderr (where the long-running commands say where they listen). It is
-    killed on the way out unless the block stopped it (stop())."""
+    killed on the way out unless the block stopped it (stop()). MAY_EXIT:
+    a command that ends at once (a refusal) is yielded too, ended."""
     proc = subprocess.Popen([ZEROLAYER, *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
     try:
         ready, _, _ = select.select([proc.stderr], [], [], 30)
         assert ready, f"zerolayer {args[0]} said nothing within 30 s"
         line = proc.stderr.readline()
-        assert proc.poll() is None, f"zerolayer {args[0]} failed: {line}{proc.stderr.read()}"
+        if may_exit:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(2)  # a refusal exits at once; a running command stays
+        else:
+            assert proc.poll() is None, f"zerolayer {args[0]} failed: {line}{proc.stderr.read()}"
         yield proc, line
     finally:
         if proc.poll() is None:
@@ -127,11 +133,46 @@ def test_the_relay_leaves_nothing_behind(cli):
         return found
 
     before = ours()
-    with running("relay", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1") as (relay, _):
+    with running("relay", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1") as (relay,
+                                                                                     line):
         new = ours() - before
         stop(relay)
-    assert sorted(kind for kind, _ in new) == ["map"] * 4 + ["prog"] * 2
+    # The sockhash, counters, config, conns, and the parser's header window
+    # where the kernel has one (the first line says which).
+    windowed = "KiB window" in line
+    assert sorted(kind for kind, _ in new) == ["map"] * (4 + windowed) + ["prog"] * 2
     deadline = time.monotonic() + 10  # the kernel frees maps after an RCU grace period
     while ours() & new and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not ours() & new
+
+
+@pytest.mark.kernel
+@pytest.mark.capability("relay")
+def test_a_parser_the_kernel_refuses_is_one_line_naming_the_asyncio_engine(cli, tmp_path,
+                                                                            record_property):
+    """Linux now refuses, at attach, a stream parser that may change packet
+    data. Such a parser (the one zerolayer shipped before, which pulled the
+    skb linear) must end `relay` with the kernel's reason in one line; a
+    kernel without that rule attaches it and relays."""
+    src = tmp_path / "bpf"
+    shutil.copytree(compiler.SOURCE_DIR, src, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    parser = src / "sk_relay.c"
+    text = parser.read_text()
+    marker = "\tcfg = zl_sk_config.lookup(&zero);\n"
+    assert marker in text
+    parser.write_text(text.replace(marker, "\tbpf_skb_pull_data(skb, 0);\n" + marker, 1))
+    env = {"ZEROLAYER_BPF_DIR": str(src), "PATH": "/usr/bin:/bin"}
+    with running("relay", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1",
+                 env=env, may_exit=True) as (proc, first):
+        if proc.poll() is None:
+            record_property("seen", "a parser that pulls still attaches")
+            assert "relaying" in first
+            stop(proc)
+            return
+        err = first + proc.stderr.read()
+    record_property("seen", "a parser that pulls is refused, in one line")
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in err, err
+    assert re.match(r"zerolayer: this kernel \(.*\) refused to attach the relay's zl_sk_parser "
+                    r"to its sockhash \(EINVAL: .*\): use --engine asyncio$", lines[0]), lines[0]

@@ -10,6 +10,8 @@ its reason counted, and no map entry or fd is left behind.
 """
 
 import os
+import platform
+import re
 import shutil
 import socket
 import struct
@@ -21,9 +23,10 @@ from pyxdp.bpf import SOURCE_DIR
 from pyxdp.errors import ZerolayerError
 from pyxdp.proto import counters, frames
 from pyxdp.proto.frames import FrameType, StreamDecoder, encode
+from pyxdp.relay import datapath as datapath_module
 from pyxdp.relay import sockets as relay_sockets
 from pyxdp.relay.asyncio_relay import AsyncioRelay
-from pyxdp.relay.datapath import RelayDataPath
+from pyxdp.relay.datapath import HEADER_WINDOWS, RelayDataPath
 from pyxdp.relay.schema import FIELDS
 from pyxdp.relay.sockmap_relay import Relay, serve_in_thread
 from pyxdp.relay.tokens import TokenServer, answer, request_payload
@@ -303,10 +306,12 @@ def test_broken_stream_is_closed_and_counted(harness, reason, offender):
 
 
 @pytest.mark.parametrize("reason", sorted(BAD_HEADERS))
-def test_a_bad_header_deep_in_a_long_run(harness, reason):
+@pytest.mark.parametrize("count", [700, 1500])
+def test_a_bad_header_deep_in_a_long_run(harness, reason, count):
     # The parser walks many frames per call: the whole ones before the bad
-    # header still go through, in the same segment as it.
-    before = b"".join(encode(FrameType.TOKEN, struct.pack("!Q", i)) for i in range(700))
+    # header still go through, in the same segment as it. 1,500 frames put
+    # the bad header past the parser's window (bpf/zl_stream.h).
+    before = b"".join(encode(FrameType.TOKEN, struct.pack("!Q", i)) for i in range(count))
     h = harness()
     client, upstream = h.connect()
     upstream.sendall(before + BAD_HEADERS[reason] + b"abc" + encode(FrameType.TOKEN, "after"))
@@ -316,7 +321,7 @@ def test_a_bad_header_deep_in_a_long_run(harness, reason):
         s.close()
     assert h.settle(closed=1)["closed"][reason] == 1
     c = counted(h)
-    assert c["frames.token"] == 700 and c[f"malformed.{reason}"] == 1
+    assert c["frames.token"] == count and c[f"malformed.{reason}"] == 1
     h.check_no_leaks()
 
 
@@ -479,6 +484,48 @@ def test_stats_have_one_shape_for_both_engines(datapath):
         shapes.append({k: sorted(v) if isinstance(v, dict) else None for k, v in stats.items()})
         assert stats["engine"] == engine
     assert shapes[0] == shapes[1]
+
+
+@pytest.mark.kernel
+@pytest.mark.capability("relay")
+def test_the_parser_reads_headers_through_its_window_where_the_kernel_allows(datapath):
+    """The per-header fallback is for kernels without BPF's atomic exchange
+    (before 5.12): anywhere newer, a parser that fell back would be a
+    regression hidden by the fallback."""
+    major, minor = map(int, re.match(r"(\d+)\.(\d+)", platform.release()).groups())
+    if (major, minor) < (5, 12):
+        assert datapath.header_window == 0
+    else:
+        assert datapath.header_window == HEADER_WINDOWS[0]
+    # test_a_bad_header_deep_in_a_long_run reaches past it
+    assert HEADER_WINDOWS[0] < 1500 * len(encode(FrameType.TOKEN, struct.pack("!Q", 0)))
+
+
+@pytest.mark.kernel
+@pytest.mark.capability("relay")
+def test_the_per_header_parser_of_older_kernels_frames_exactly(monkeypatch):
+    """The parser built without a window (what kernels before 5.12 load),
+    on the cases that cross and break runs of frames."""
+    monkeypatch.setattr(datapath_module, "HEADER_WINDOWS", (0,))
+    with RelayDataPath(max_socks=16) as dp:
+        assert dp.header_window == 0
+        dp.self_check()
+        h = Harness("sockmap", dp)
+        try:
+            client, upstream = h.connect()
+            payloads = [struct.pack("!H", i) for i in range(1200)] + [b"a" * 70_000, b"z"]
+            stream = b"".join(encode(FrameType.TOKEN, p) for p in payloads)
+            upstream.sendall(stream + BAD_HEADERS["unknown_type"])
+            assert [f.payload for f in whole_frames(recv_to_end(client)[0])] == payloads
+            assert recv_to_end(upstream)[1] == "reset"
+            client.close()
+            upstream.close()
+            assert h.settle(closed=1)["closed"]["unknown_type"] == 1
+            c = counted(h)
+            assert c["frames.token"] == len(payloads) and c["malformed.unknown_type"] == 1
+            h.check_no_leaks()
+        finally:
+            h.stop()
 
 
 @pytest.mark.kernel

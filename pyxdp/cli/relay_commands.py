@@ -69,7 +69,11 @@ def relay(listen_addr, upstream, engine, max_length, max_pairs, drain_timeout, m
                            drain_timeout=drain_timeout,
                            max_backlog=max_backlog or DEFAULT_MAX_BACKLOG)
             thread = serve_in_thread(server)
-            where = "in the kernel (sockmap + stream parser)"
+            window = server.datapath.header_window
+            reads = (f"headers read through a {window // 1024} KiB window" if window
+                     else "each header read with its own helper call: this kernel has no "
+                          "BPF atomic exchange for the window")
+            where = f"in the kernel (sockmap + stream parser, {reads})"
         else:
             from pyxdp.relay.asyncio_relay import AsyncioRelay
 

@@ -11,7 +11,9 @@ Nothing is pinned: the maps and programs live as long as this object (the
 relay process), and closing it detaches and frees them.
 """
 
+import errno
 import os
+import platform
 import socket
 import struct
 import time
@@ -56,6 +58,11 @@ CONN = Layout(
     ("pad", "6x"),
 )
 KEY = struct.Struct("=I")
+# Bytes the parser copies from the skb at a time to read frame headers that
+# are not in its linear data (bpf/zl_stream.h); 0 reads each header with its
+# own helper call, for verifiers that refuse reads at a variable offset into
+# the stack (Linux before 5.12).
+HEADER_WINDOWS = (16384, 0)
 # SO_RCVLOWAT that keeps TCP from waking a socket's reader (the kernel caps
 # it at half the receive buffer).
 _GATE_SHUT = 0x7FFFFFFF
@@ -103,18 +110,18 @@ class RelayDataPath:
         self._loaded = None
         try:
             programs = FRAMED_PROGRAMS if framing else UNFRAMED_PROGRAMS
-            self._loaded = compiler.load(
-                RELAY_SOURCE, programs[0][0], also=tuple(name for name, _ in programs[1:]),
-                prog_type=bpfsys.BPF_PROG_TYPE_SK_SKB,
-                maps=RELAY_MAPS,
-                cflags=(*compiler.define_flags(schema.c_defines()),
-                        f"-DZL_SK_SOCKS_FD={self.socks_fd}", f"-DZL_SK_MAX_SOCKS={max_socks}"),
-            )
+            self._loaded, self.header_window = _load(programs, self.socks_fd, max_socks)
             self._maps = self._loaded.map_fds
             self.set_max_length(max_length)
             for prog, attach_type in programs:
                 fd = self._loaded.prog_fds[prog]
-                bpfsys.prog_attach(self.socks_fd, fd, attach_type)
+                try:
+                    bpfsys.prog_attach(self.socks_fd, fd, attach_type)
+                except OSError as exc:
+                    raise ZerolayerError(
+                        f"this kernel ({platform.release()}) refused to attach the relay's "
+                        f"{prog} to its sockhash ({errno.errorcode.get(exc.errno or 0, exc.errno)}: "
+                        f"{exc.strerror}): use --engine asyncio") from None
                 self._attached.append((fd, attach_type))
         except BaseException:
             self.close()
@@ -257,6 +264,29 @@ class RelayDataPath:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _load(programs, socks_fd: int, max_socks: int) -> tuple[compiler.Loaded, int]:
+    """The relay's programs, with the widest header window this kernel's
+    verifier accepts, and that window."""
+    *wider, narrowest = HEADER_WINDOWS
+    for window in wider:
+        try:
+            return _compile(programs, socks_fd, max_socks, window), window
+        except ZerolayerError:
+            pass  # this verifier refuses it: the next is narrower
+    return _compile(programs, socks_fd, max_socks, narrowest), narrowest
+
+
+def _compile(programs, socks_fd: int, max_socks: int, window: int) -> compiler.Loaded:
+    return compiler.load(
+        RELAY_SOURCE, programs[0][0], also=tuple(name for name, _ in programs[1:]),
+        prog_type=bpfsys.BPF_PROG_TYPE_SK_SKB,
+        maps=RELAY_MAPS,
+        cflags=(*compiler.define_flags(schema.c_defines()),
+                f"-DZL_SK_SOCKS_FD={socks_fd}", f"-DZL_SK_MAX_SOCKS={max_socks}",
+                f"-DZL_SK_WINDOW={window}"),
+    )
 
 
 def _loopback_pairs(socks: list) -> tuple:
