@@ -12,6 +12,10 @@
 #include "zl_flows.h"
 #include "zl_forward.h"
 
+#ifndef ZL_XDP_PROGRAM
+#error "ZL_XDP_PROGRAM is defined by the loader (docs/spec.md section 7.2)"
+#endif
+
 static __always_inline int zl_malformed(struct xdp_md *ctx, struct zl_counters *c,
 					__u32 reason)
 {
@@ -88,7 +92,10 @@ static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w)
 	return ZL_L4_UDP;
 }
 
-int zerolayer_xdp(struct xdp_md *ctx)
+/* Named by the loader: zerolayer_xdp for the full parser, another name for
+ * the direct one, so the kernel's name of the program says which runs
+ * (pyxdp.xdp.parsers). */
+int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 {
 	struct zl_counters *c;
 	struct zl_config *cfg;
@@ -109,8 +116,15 @@ int zerolayer_xdp(struct xdp_md *ctx)
 	}
 	if (kind != ZL_L4_UDP)
 		goto other;
-	if (walk.reason != ZL_VALID)
+	if (walk.reason != ZL_VALID) {
+#if !ZL_HAVE_XDP_LOAD_BYTES
+		if (walk.reason == ZL_BEYOND_WINDOW) {
+			c->beyond_window++;
+			return XDP_PASS;
+		}
+#endif
 		return zl_malformed(ctx, c, walk.reason);
+	}
 
 	c->token_datagrams++;
 	zl_add_frames(c->frames, walk.type_counts);

@@ -14,6 +14,10 @@
  *                       why a datagram is malformed: the first reason met
  *                       walking it from the start; ZL_VALID (0) when none,
  *                       the others 1..ZL_REASONS (zl_counters.malformed[reason - 1])
+ *   ZL_BEYOND_WINDOW    no reason: the direct parser's walk stopped at a header
+ *                       it cannot read (docs/spec.md section 1.7); ZL_REASONS + 1
+ *   ZL_DIRECT_MAX       the furthest packet offset of a header read with direct
+ *                       packet access (the direct-read window)
  *   ZL_MALFORMED_DROP, ZL_MALFORMED_PASS
  *                       what to do with a malformed datagram (zl_config.on_malformed)
  *   ZL_MAX_VLAN_TAGS, ZL_ETH_P_IP, ZL_ETH_P_IPV6, ZL_ETH_P_8021Q, ZL_ETH_P_8021AD,
@@ -31,8 +35,9 @@
 #endif
 #if !defined(ZL_VALID) || !defined(ZL_SHORT_HEADER) || !defined(ZL_TRUNCATED) || \
 	!defined(ZL_UNKNOWN_TYPE) || !defined(ZL_TOO_MANY_FRAMES) || !defined(ZL_REASONS) || \
+	!defined(ZL_BEYOND_WINDOW) || !defined(ZL_DIRECT_MAX) || \
 	!defined(ZL_MALFORMED_DROP) || !defined(ZL_MALFORMED_PASS)
-#error "the reasons and policies are defined by the loader (docs/spec.md section 7.2)"
+#error "the reasons, the direct-read window and the policies are defined by the loader (docs/spec.md section 7.2)"
 #endif
 #if !defined(ZL_MAX_VLAN_TAGS) || !defined(ZL_ETH_P_IP) || !defined(ZL_ETH_P_IPV6) || \
 	!defined(ZL_ETH_P_8021Q) || !defined(ZL_ETH_P_8021AD) || !defined(ZL_IPPROTO_UDP) || \
@@ -44,11 +49,5 @@
  * in the lowest byte (zl_counts.h), so a walk stays below 256 frames. */
 _Static_assert(ZL_FRAME_REQUEST == 1 && ZL_FRAME_TYPES <= 8, "frame types out of range");
 _Static_assert(ZL_MAX_FRAMES >= 16 && ZL_MAX_FRAMES < 256, "ZL_MAX_FRAMES out of range");
-
-/* Frame headers that start at most this far into the packet are read with
- * direct packet access: the verifier must bound a pointer built from a
- * run-time length, and cannot past 64 KiB. Later headers (only in big
- * skb-mode packets) go through bpf_xdp_load_bytes(). */
-#define ZL_DIRECT_MAX 0x3ff0
 
 #endif

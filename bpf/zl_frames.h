@@ -8,10 +8,18 @@
 #include "zl_counts.h"
 #include "zl_verifier.h"
 
+/* Per load, from the loader (pyxdp.xdp.compiler.token_flags): 1 builds the
+ * full parser, which reads headers past the direct-read window with
+ * bpf_xdp_load_bytes (Linux 5.18); 0 the direct parser, for kernels without
+ * it (docs/spec.md section 1.7). */
+#ifndef ZL_HAVE_XDP_LOAD_BYTES
+#error "ZL_HAVE_XDP_LOAD_BYTES is defined by the loader (docs/spec.md section 7.2)"
+#endif
+
 struct zl_walk {
 	__u64 type_counts;   /* packed as zl_counts.h says */
 	__u64 payload_bytes;
-	__u32 reason;        /* ZL_VALID or a reason (zl_consts.h) */
+	__u32 reason;        /* ZL_VALID, a reason or ZL_BEYOND_WINDOW (zl_consts.h) */
 };
 
 /* Walks the frames in [off, end), packet offsets; END is within the packet.
@@ -33,14 +41,17 @@ struct zl_walk {
  * Headers within ZL_DIRECT_MAX of the packet start (every header, unless a
  * big skb-mode packet) are read in the first loop, one unaligned 32-bit
  * load each (allowed on x86-64 and arm64), with no helper call that would
- * push the loop's state onto the stack. Headers further in are read by the
- * second loop through bpf_xdp_load_bytes(). Both share one frame budget. */
+ * push the loop's state onto the stack. The verifier must bound a packet
+ * pointer built from a run-time length, hence the window. Headers further
+ * in are read by the second loop through bpf_xdp_load_bytes(). Both share
+ * one frame budget. The direct parser has no second loop: it judges what
+ * the next header's offset alone tells (the budget, a short header) and
+ * leaves the rest unjudged (ZL_BEYOND_WINDOW). */
 static __always_inline void zl_walk_frames(struct xdp_md *ctx, void *data,
 					   void *data_end, __u64 off, __u64 end,
 					   struct zl_walk *w)
 {
 	__u64 start = off, counts = 0, next, type;
-	__u8 hdr[ZL_FRAME_HDR_LEN];
 	__u32 reason;
 	__u64 i;
 
@@ -79,7 +90,10 @@ static __always_inline void zl_walk_frames(struct xdp_md *ctx, void *data,
 	if (i == ZL_MAX_FRAMES)
 		goto too_many;
 
+#if ZL_HAVE_XDP_LOAD_BYTES
 	for (;;) {
+		__u8 hdr[ZL_FRAME_HDR_LEN];
+
 		if (off + ZL_FRAME_HDR_LEN > end ||
 		    bpf_xdp_load_bytes(ctx, off, hdr, sizeof(hdr)))
 			goto short_header;
@@ -99,6 +113,12 @@ static __always_inline void zl_walk_frames(struct xdp_md *ctx, void *data,
 		if (i == ZL_MAX_FRAMES)
 			goto too_many;
 	}
+#else
+	if (off + ZL_FRAME_HDR_LEN > end)
+		goto short_header;
+	w->reason = ZL_BEYOND_WINDOW;
+	return;
+#endif
 
 last: /* frame I, at OFF, reaches END or runs past it */
 	if (next == end) {

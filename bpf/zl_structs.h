@@ -27,6 +27,7 @@ struct zl_counters {
 	__u64 packets;          /* every packet the program saw */
 	__u64 other;            /* not token traffic: passed untouched */
 	__u64 fragments;        /* IPv4/IPv6 fragments: passed, never parsed */
+	__u64 beyond_window;    /* token-port datagrams the direct parser passed unjudged */
 	__u64 token_datagrams;  /* datagrams whose every frame is valid */
 	__u64 frames[ZL_FRAME_TYPES]; /* by type, request..pong, token datagrams only */
 	__u64 payload_bytes;    /* frame payload bytes in token datagrams */

@@ -21,6 +21,7 @@ import pytest
 CAPABILITIES = {
     "xdp_native": "XDP native",
     "xdp_skb": "XDP skb",
+    "xdp_parser": "XDP parser",
     "af_xdp_copy": "AF_XDP copy",
     "af_xdp_zero_copy": "AF_XDP zero-copy",
     "af_xdp_tx": "AF_XDP transmit",

@@ -73,9 +73,9 @@ def module_lab():
 @pytest.fixture(scope="module")
 def rig(module_lab):
     """module_lab, and one compiled generator on its peer0."""
-    from pyxdp.lab.generator import LiveGenerator
+    from xdp_helpers import live_generator
 
-    return module_lab, LiveGenerator(module_lab.peer.ifname, module_lab.peer.netns)
+    return module_lab, live_generator(module_lab.peer.ifname, module_lab.peer.netns)
 
 
 @pytest.fixture(scope="session")

@@ -19,9 +19,10 @@ from scapy.packet import Raw
 from pyxdp.bench import c_consumer, xsk_vs_udp
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import traffic
-from pyxdp.lab.generator import LiveGenerator, Mix
+from pyxdp.lab.generator import Mix
 from pyxdp.proto import frames
 from pyxdp.proto.frames import FrameType
+from xdp_helpers import live_generator
 
 SENT = 12_000
 RATE = 20_000  # paced: a chunk (a tenth of a second) fits the 4096-entry RX ring
@@ -88,7 +89,7 @@ def built():
 
 def _run(lab, binary: str, mix: Mix, sent: int, count: int) -> tuple[int, dict]:
     """SENT datagrams of MIX, paced, into the C consumer told to stop after COUNT."""
-    gen = LiveGenerator(lab.peer.ifname, lab.peer.netns)
+    gen = live_generator(lab.peer.ifname, lab.peer.netns)
     consumer = c_consumer.CConsumer(lab, binary, count, cpu=None,
                                     xsk_options=xsk_vs_udp.XSK_OPTIONS, idle_s=0.25)
     try:

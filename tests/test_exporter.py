@@ -21,7 +21,7 @@ from pyxdp.lab import traffic
 from pyxdp.observe import exporter
 from pyxdp.proto import counters, datagram, frames
 from pyxdp.proto.frames import FrameType
-from pyxdp.xdp import loader
+from pyxdp.xdp import loader, parsers
 
 pytestmark = pytest.mark.root
 
@@ -81,9 +81,11 @@ def test_metrics_after_a_known_replay(lab, running_exporter):
         assert value(got, "zerolayer_attached", **me) == 1
         info = [dict(k[1]) for k in got if k[0] == "zerolayer_xdp_info" and dict(k[1]).get("netns") == lab.dut.netns]
         assert len(info) == 1 and info[0]["mode"] == "native"
+        assert info[0]["parser"] == parsers.for_this_kernel()
 
         plain = {"packets": "zerolayer_packets_total", "other": "zerolayer_other_packets_total",
                  "fragments": "zerolayer_fragments_total",
+                 "beyond_window": "zerolayer_beyond_window_total",
                  "token_datagrams": "zerolayer_token_datagrams_total",
                  "payload_bytes": "zerolayer_payload_bytes_total",
                  "redirected": "zerolayer_redirected_total",

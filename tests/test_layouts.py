@@ -35,7 +35,8 @@ pytestmark = [pytest.mark.root, pytest.mark.kernel]
 MAX_SOCKS = 64  # the relay's, for this test
 
 # Set by the loader per load, not shared constants.
-PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW", "ZL_EGRESS_FD"}
+PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW", "ZL_EGRESS_FD",
+            "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM"}
 
 
 def _bpf(text: str, *extra: str):
@@ -209,7 +210,8 @@ def test_the_c_sees_the_python_values():
                     for i, name in enumerate(shared))
     # with the per-load names too, for the headers that need them
     b = _bpf(text, *compiler.define_flags(schema.c_defines() | generator.c_defines()),
-             "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2", "-DZL_SK_WINDOW=0", "-DZL_EGRESS_FD=-1")
+             "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2", "-DZL_SK_WINDOW=0", "-DZL_EGRESS_FD=-1",
+             "-DZL_HAVE_XDP_LOAD_BYTES=1")
     try:
         seen = {name: b[f"zl_test_{i}".encode()].max_entries - 1
                 for i, name in enumerate(shared)}

@@ -12,6 +12,7 @@ import pytest
 
 from cli_runner import ZEROLAYER
 from pyxdp.lab import traffic
+from pyxdp.xdp import parsers
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")]
@@ -57,6 +58,7 @@ def test_top_shows_rates_and_flows_and_quits_cleanly(attached, quit_key):
             traffic.send(lab, traffic.mixed_traffic(lab, streams=4, seed=seed), inter=0.01)
         screen = pane.wait_for(f"{lab.peer.ipv4}:4000")
         assert "zerolayer top" in screen and "native" in screen
+        assert "PARSER" in screen and f" {parsers.for_this_kernel()} " in screen
         assert "top flows by tokens/s" in screen and "token gaps, all flows since attach" in screen
         assert "<1us" in screen  # tokens sharing a datagram
         assert "Traceback" not in screen

@@ -11,10 +11,18 @@ import time
 import pytest
 
 from pyxdp.kernel import bpfsys
-from pyxdp.lab import generator, traffic
+from pyxdp.lab import traffic
 from pyxdp.proto import frames
 from pyxdp.xdp import netlink, pins
-from xdp_helpers import flat_counters, load_foreign, one_line_error, rx_packets, stats, xdp_state
+from xdp_helpers import (
+    flat_counters,
+    live_generator,
+    load_foreign,
+    one_line_error,
+    rx_packets,
+    stats,
+    xdp_state,
+)
 
 pytestmark = pytest.mark.root
 
@@ -88,7 +96,7 @@ def test_upgrade_in_place_never_leaves_the_interface_bare(cli, lab):
     first = attach(cli, lab)
     received_before = rx_packets(lab)
     packet = bytes(traffic.udp_packet(lab, frames.encode(frames.FrameType.TOKEN, "t"), sport=40000))
-    gen = generator.LiveGenerator(lab.peer.ifname, lab.peer.netns)
+    gen = live_generator(lab.peer.ifname, lab.peer.netns)
     sent, stop = [0], threading.Event()
     seen_ids, bare = set(), []
 

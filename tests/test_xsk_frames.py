@@ -10,9 +10,10 @@ import pytest
 
 from packets import random_token_packet, random_token_payload
 from pyxdp.lab import traffic
-from pyxdp.lab.generator import LiveGenerator, Mix
+from pyxdp.lab.generator import Mix
 from pyxdp.proto import datagram, judge
 from pyxdp.xsk.socket import XskSocket
+from xdp_helpers import live_generator
 
 pytestmark = pytest.mark.root
 
@@ -92,7 +93,7 @@ def test_line_rate_batches_walk_as_the_reference_decodes_them(attached):
     mix = Mix.weighted([(pkt, 1 + i % 3) for i, (_, pkt) in enumerate(shapes)])
     count = 20_000
     with XskSocket(attached.dut.ifname, netns=attached.dut.netns, **BIG) as sock:
-        LiveGenerator(attached.peer.ifname, attached.peer.netns).run(mix, count)
+        live_generator(attached.peer.ifname, attached.peer.netns).run(mix, count)
         got = received(sock, count, batch_size=4096)
         assert sock.statistics().lost == 0
     for i, (src, dst, walked, reference) in enumerate(got):

@@ -16,12 +16,12 @@ from scapy.packet import Raw
 from cli_runner import ZEROLAYER
 from pyxdp.lab import traffic
 from pyxdp.lab import veth_lab as lab_mod
-from pyxdp.lab.generator import LiveGenerator, token_mix
+from pyxdp.lab.generator import token_mix
 from pyxdp.proto import counters, datagram, frames, judge
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader
 from test_xsk_socket import send_on_queue, token_packet, xdp_counters
-from xdp_helpers import one_line_error
+from xdp_helpers import live_generator, one_line_error
 
 pytestmark = pytest.mark.root
 
@@ -259,7 +259,7 @@ def test_listen_every_queue_and_one_queue():
     with lab_mod.Lab(rx_queues=2) as lab:
         loader.attach(lab.dut.ifname, netns=lab.dut.netns)
         try:
-            gen = LiveGenerator(lab.peer.ifname, lab.peer.netns)
+            gen = live_generator(lab.peer.ifname, lab.peer.netns)
             to_q0, to_q1 = token_packet(lab, "zero", 40000), token_packet(lab, "one", 40001)
 
             everything = Listening(lab, "--count", 20, "--timeout", 60)
@@ -340,7 +340,7 @@ def test_a_5000_datagram_burst_arrives_whole_with_the_default_sizes(attached):
     mix = token_mix(lab, frames_per_datagram=2, payload_sizes=(3, 11))
     listening = Listening(lab, "--count", 10_000, "--timeout", 60)
     assert "32768 chunks of 2048 bytes, an RX ring of 32768" in listening.header[-1]
-    LiveGenerator(lab.peer.ifname, lab.peer.netns).run(mix, 5000)
+    live_generator(lab.peer.ifname, lab.peer.netns).run(mix, 5000)
     code, out, err = listening.finish()
     assert code == 0, err
     payloads = [json.loads(line)["payload"] for line in out.splitlines()]
@@ -368,7 +368,7 @@ def test_listen_reports_each_queues_losses_and_why(attached, sizes, reason, as_j
     listening = Listening(lab, *sizes, "--count", 128, "--timeout", 60, as_json=as_json)
     stopped(listening.proc)
     try:
-        LiveGenerator(lab.peer.ifname, lab.peer.netns).run(mix, 20_000)
+        live_generator(lab.peer.ifname, lab.peer.netns).run(mix, 20_000)
     finally:
         listening.proc.send_signal(signal.SIGCONT)
     code, out, err = listening.finish()
@@ -396,7 +396,7 @@ def test_listen_counts_what_it_received_but_did_not_print(attached):
     listening = Listening(lab, "--count", 3, "--timeout", 60)
     stopped(listening.proc)
     try:
-        LiveGenerator(lab.peer.ifname, lab.peer.netns).run(mix, 3000)
+        live_generator(lab.peer.ifname, lab.peer.netns).run(mix, 3000)
     finally:
         listening.proc.send_signal(signal.SIGCONT)
     code, out, err = listening.finish()

@@ -22,6 +22,7 @@ from pyxdp.proto import counters, frames
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader, stats
 from pyxdp.xsk.socket import XskSocket
+from xdp_helpers import live_generator
 
 pytestmark = pytest.mark.root
 
@@ -35,7 +36,7 @@ def attached(module_lab):
 
 @pytest.fixture(scope="module")
 def generator(attached):
-    return LiveGenerator(attached.peer.ifname, attached.peer.netns)
+    return live_generator(attached.peer.ifname, attached.peer.netns)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def two_queues():
     with lab_mod.Lab(rx_queues=2) as lab:
         loader.attach(lab.dut.ifname, netns=lab.dut.netns)
         try:
-            yield lab, LiveGenerator(lab.peer.ifname, lab.peer.netns)
+            yield lab, live_generator(lab.peer.ifname, lab.peer.netns)
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
 

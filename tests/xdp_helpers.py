@@ -50,3 +50,15 @@ def one_line_error(proc) -> str:
     assert lines[0].startswith("zerolayer: ")
     return lines[0]
 
+
+
+def live_generator(ifname: str, netns: str | None):
+    """The traffic generator on IFNAME, or a skip (with the one-line reason)
+    where the kernel has no live-frames test runs (Linux 5.10)."""
+    import pytest
+
+    from pyxdp.lab import generator
+
+    if not generator.live_frames():
+        pytest.skip(generator.no_live_frames())
+    return generator.LiveGenerator(ifname, netns)

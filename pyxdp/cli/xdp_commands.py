@@ -27,7 +27,7 @@ def _on(value: str | None) -> bool | None:
 def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_json):
     """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
     from pyxdp.cli.netns_hints import pointing_to_netns
-    from pyxdp.xdp import loader
+    from pyxdp.xdp import loader, parsers
 
     with pointing_to_netns(iface, netns):
         result = loader.attach(iface, mode=mode, ports=list(ports) or None,
@@ -42,7 +42,8 @@ def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_
         f"flow tracking {'on' if result.flow_tracking else 'off'}, "
         f"{_forwarding(result.forwarding, result.egress)}"
     )
-    for line in ([result.note] if result.note else []) + result.forward_notes:
+    parser_note = parsers.note(result.parser) if result.parser else None
+    for line in [n for n in (result.note, parser_note) if n] + result.forward_notes:
         click.echo(f"note: {line}")
 
 
@@ -92,10 +93,10 @@ def status(iface, netns, as_json):
         owner = r["owner"] or ("stale pins" if r["stale_pins"] else None)
         onoff = {True: "on", False: "off"}
         out.append([r["interface"], r["mode"], r["program_name"], r["program_id"],
-                    owner, ports, r.get("on_malformed"), onoff.get(r.get("flow_tracking")),
-                    onoff.get(r.get("forwarding"))])
-    click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PORTS", "MALFORMED",
-                      "FLOWS", "FORWARD"], out))
+                    owner, r.get("parser"), ports, r.get("on_malformed"),
+                    onoff.get(r.get("flow_tracking")), onoff.get(r.get("forwarding"))])
+    click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PARSER", "PORTS",
+                      "MALFORMED", "FLOWS", "FORWARD"], out))
     for ns, names in elsewhere.items():
         click.echo(f"note: zerolayer has pins in netns {ns} too ({', '.join(names)}): "
                    f"`zerolayer status --netns {ns}`")
@@ -138,8 +139,8 @@ def _stats(iface, watch, show_flows, top, window, netns, as_json) -> None:
         if as_json:
             emit_json(snap)
             return
-        state = f"{snap['mode']} mode, program id {snap['program_id']}" if snap["attached"] \
-            else "not attached (stale pins)"
+        state = (f"{snap['mode']} mode, program id {snap['program_id']}, "
+                 f"{snap['parser']} parser") if snap["attached"] else "not attached (stale pins)"
         click.echo(f"{iface}: {state}")
         click.echo(counters_table(snap["counters"]))
         return
@@ -149,11 +150,14 @@ def _stats(iface, watch, show_flows, top, window, netns, as_json) -> None:
                 emit_json(snap)
             else:
                 r = snap["rates"]
+                # only the direct parser leaves datagrams unjudged
+                beyond = (f"{number(r['beyond_window'])} beyond-window/s  "
+                          if snap["parser"] == "direct" else "")
                 click.echo(
                     f"{iface}  {number(r['packets'])} pkt/s  "
                     f"{number(r['token_datagrams'])} token dgram/s  "
                     f"{number(sum(r['frames'].values()))} frames/s  "
-                    f"{number(sum(r['malformed'].values()))} malformed/s  "
+                    f"{number(sum(r['malformed'].values()))} malformed/s  {beyond}"
                     f"{number(r['redirected'])} redirected/s  "
                     f"{number(r['forwarded'])} forwarded/s  "
                     f"{number(r['fallback_passed'])} fallback/s  "

@@ -1,5 +1,5 @@
-"""The bpf(2) system call through ctypes: pins, map elements, object info and
-BPF_PROG_TEST_RUN.
+"""The bpf(2) system call through ctypes: pins, map elements, object info,
+BPF_PROG_TEST_RUN and helper probes.
 
 bcc compiles and loads; everything a fresh process needs afterwards (status,
 stats, detach, AF_XDP registration, test runs) goes through here, so those
@@ -8,6 +8,7 @@ paths never import bcc or compile anything.
 
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import platform
@@ -294,6 +295,7 @@ def possible_cpus() -> int:
 # --- maps made here, program attachment to maps (the TCP frame relay) ---------
 
 BPF_MAP_CREATE = 0
+BPF_PROG_LOAD = 5
 BPF_PROG_ATTACH = 8
 BPF_PROG_DETACH = 9
 
@@ -334,3 +336,69 @@ def map_keys(fd: int, key_size: int) -> list[bytes]:
             return keys
         cur = nxt.raw
         keys.append(cur)
+
+
+# --- does the kernel have a helper? ---------------------------------------------
+
+_PROBE_LOG_SIZE = 4096
+# The verifier's words for a helper it does not have: "invalid func
+# unknown#N" past the last helper it knows, "unknown func NAME#N" for one
+# it knows but not for this program type.
+_UNKNOWN_HELPER = (b"invalid func ", b"unknown func ")
+
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("=BBhi", code, (src << 4) | dst, off, imm)
+
+
+def load_raw(prog_type: int, insns: bytes, log=None) -> int:
+    """Load a program of PROG_TYPE given as raw instructions (a probe's:
+    nothing compiled); returns its fd. LOG, a buffer, gets the verifier's log."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    attr = _attr("=IIQQIIQ", prog_type, len(insns) // 8, _addr(code), _addr(license_),
+                 1 if log is not None else 0, len(log) if log is not None else 0, _addr(log))
+    return bpf(BPF_PROG_LOAD, attr)
+
+
+XDP_DROP_PROGRAM = _insn(0xB7, dst=0, imm=1) + _insn(0x95)  # r0 = XDP_DROP; exit
+
+
+def has_live_frames() -> bool:
+    """Whether XDP test runs take BPF_F_TEST_XDP_LIVE_FRAMES (Linux 5.18):
+    one run of a program that drops, so nothing is sent either way."""
+    fd = load_raw(BPF_PROG_TYPE_XDP, XDP_DROP_PROGRAM)
+    try:
+        prog_test_run(fd, bytes(64), flags=BPF_F_TEST_XDP_LIVE_FRAMES, out_size=0)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    finally:
+        os.close(fd)
+    return True
+
+
+def has_helper(prog_type: int, helper: int) -> bool:
+    """Whether the verifier lets a program of PROG_TYPE call HELPER (its
+    number in uapi/linux/bpf.h), as libbpf's feature probes decide: load a
+    program that calls it with a ctx, an offset, an 8-byte stack buffer and
+    its length (bpf_xdp_load_bytes' and bpf_skb_load_bytes' arguments), and
+    read the verifier log when the load fails. No compiler, a few microseconds."""
+    insns = b"".join((
+        _insn(0xBF, dst=3, src=10),          # r3 = r10 (frame pointer)
+        _insn(0x07, dst=3, imm=-8),          # r3 += -8
+        _insn(0xB7, dst=2, imm=0),           # r2 = 0
+        _insn(0xB7, dst=4, imm=8),           # r4 = 8
+        _insn(0x85, imm=helper),             # call HELPER (r1: the ctx)
+        _insn(0xB7, dst=0, imm=2),           # r0 = 2 (XDP_PASS, SK_PASS)
+        _insn(0x95),                         # exit
+    ))
+    log = ctypes.create_string_buffer(_PROBE_LOG_SIZE)
+    try:
+        os.close(load_raw(prog_type, insns, log))
+    except OSError:
+        if any(words in log.raw for words in _UNKNOWN_HELPER):
+            return False
+        raise
+    return True

@@ -27,6 +27,8 @@ the total stays exact, and the schedule of a mix goes on from where it
 stopped. A Python handler that raises (Ctrl-C) still ends the run.
 """
 
+import functools
+import platform
 import struct
 import time
 from dataclasses import dataclass
@@ -227,6 +229,18 @@ class GeneratorRun:
                 "chunks": self.chunks, "interrupted": self.interrupted}
 
 
+@functools.cache
+def live_frames() -> bool:
+    """Whether this kernel sends from XDP test runs (probed once per process)."""
+    return bpfsys.has_live_frames()
+
+
+def no_live_frames() -> str:
+    return (f"this kernel ({platform.release()}) has no live-frames XDP test runs "
+            "(BPF_F_TEST_XDP_LIVE_FRAMES, Linux 5.18), which zerolayer's traffic generator "
+            "sends with: the benches and tests that generate traffic with it cannot run here")
+
+
 class LiveGenerator:
     """Transmit frames on IFNAME (inside NETNS)."""
 
@@ -234,6 +248,8 @@ class LiveGenerator:
         self.ifname = ifname
         self.netns = netns_name
         state = netlink.query(ifname, netns_name)
+        if not live_frames():
+            raise ZerolayerError(no_live_frames())
         self.ifindex = state.ifindex
         self.max_len = min(state.mtu + LINK_L2_OVERHEAD, MAX_TEMPLATE_LEN)
         self._loaded = load_program()

@@ -142,12 +142,14 @@ def mixed_traffic(lab: Lab, streams: int = 4, seed: int = 7) -> list:
 
 
 def expected_counters(packets, ports=(frames.DEFAULT_PORT,), on_malformed: str = "drop",
-                      socket_registered: bool = False) -> dict[str, int]:
+                      socket_registered: bool = False, direct: bool = False) -> dict[str, int]:
     """What the counters must read after PACKETS, per the reference judge.
-    SOCKET_REGISTERED: an AF_XDP socket takes the queue's valid datagrams."""
+    SOCKET_REGISTERED: an AF_XDP socket takes the queue's valid datagrams.
+    DIRECT: the direct parser runs (docs/spec.md §1.7)."""
     total = counters.zero()
     for pkt in packets:
-        judged = judge.expected(bytes(pkt), set(ports), on_malformed, socket_registered)
+        judged = judge.expected(bytes(pkt), set(ports), on_malformed, socket_registered,
+                                direct=direct)
         for key, value in judged.counters.items():
             total[key] += value
     return total

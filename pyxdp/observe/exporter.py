@@ -184,11 +184,15 @@ class ZerolayerCollector:
 
         attached = gauge("attached", "1 when zerolayer's XDP program runs on the interface, "
                                      "0 when only its pins are left")
-        info = gauge("xdp_info", "The XDP program in effect (value 1)", ["mode", "program_id"])
+        info = gauge("xdp_info", "The XDP program in effect (value 1): its mode and parser "
+                                 "(full, or direct on kernels without bpf_xdp_load_bytes)",
+                     ["mode", "program_id", "parser"])
         plain = {
             "packets": counter("packets", "Packets the XDP program saw"),
             "other": counter("other_packets", "Packets that are not token traffic, passed untouched"),
             "fragments": counter("fragments", "IP fragments, passed unparsed"),
+            "beyond_window": counter("beyond_window", "Token-port datagrams passed unjudged: a "
+                                     "frame header lies past what the direct parser can read"),
             "token_datagrams": counter("token_datagrams", "UDP datagrams whose every frame is valid"),
             "payload_bytes": counter("payload_bytes", "Frame payload bytes in token datagrams"),
             "redirected": counter("redirected", "Token datagrams redirected to an AF_XDP socket"),
@@ -217,7 +221,7 @@ class ZerolayerCollector:
             lab = [o.interface, o.netns or ""]  # IFACE
             attached.add_metric(lab, 1 if o.attached else 0)
             if o.attached:
-                info.add_metric(lab + [o.mode or "", str(o.program_id)], 1)
+                info.add_metric(lab + [o.mode or "", str(o.program_id), o.parser or ""], 1)
             for key, fam in plain.items():
                 fam.add_metric(lab, o.counters[key])
             for label in counters.FRAME_LABELS:

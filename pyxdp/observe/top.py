@@ -70,9 +70,9 @@ def render(now: list[flows.Observation], before: dict, seconds: float, errors: l
     if not now:
         lines += ["", "no interface has zerolayer attached (see `zerolayer status`; "
                       "attach with `zerolayer attach IFACE`)"]
-    lines += [""] + [f"{'INTERFACE':<32} {'MODE':<7} {'PKT/S':>9} {'TOKEN DGRAM/S':>13} "
-                     f"{'TOKENS/S':>9} {'MALFORMED/S':>11} {'REDIRECT/S':>10} {'FORWARD/S':>9} "
-                     f"{'FALLBACK/S':>10} {'FLOWS':>6}"]
+    lines += [""] + [f"{'INTERFACE':<32} {'MODE':<7} {'PARSER':<6} {'PKT/S':>9} "
+                     f"{'TOKEN DGRAM/S':>13} {'TOKENS/S':>9} {'MALFORMED/S':>11} {'BEYOND/S':>8} "
+                     f"{'REDIRECT/S':>10} {'FORWARD/S':>9} {'FALLBACK/S':>10} {'FLOWS':>6}"]
     previous = [before.get((o.netns, o.interface)) for o in now]
     for o, prev in zip(now, previous):
         b = prev.counters if prev else None
@@ -81,9 +81,10 @@ def render(now: list[flows.Observation], before: dict, seconds: float, errors: l
         malformed = "-" if b is None or seconds <= 0 else number(round(
             sum(c[f"malformed.{r}"] - b[f"malformed.{r}"] for r in counters.REASONS) / seconds, 1))
         lines.append(
-            f"{name[-32:]:<32} {(o.mode or 'stale'):<7} {_rate(c, b, 'packets', seconds):>9} "
-            f"{_rate(c, b, 'token_datagrams', seconds):>13} {_rate(c, b, 'frames.token', seconds):>9} "
-            f"{malformed:>11} {_rate(c, b, 'redirected', seconds):>10} "
+            f"{name[-32:]:<32} {(o.mode or 'stale'):<7} {(o.parser or '-'):<6} "
+            f"{_rate(c, b, 'packets', seconds):>9} {_rate(c, b, 'token_datagrams', seconds):>13} "
+            f"{_rate(c, b, 'frames.token', seconds):>9} {malformed:>11} "
+            f"{_rate(c, b, 'beyond_window', seconds):>8} {_rate(c, b, 'redirected', seconds):>10} "
             f"{_rate(c, b, 'forwarded', seconds):>9} "
             f"{_rate(c, b, 'fallback_passed', seconds):>10} {len(o.flows):>6}")
     for o, prev in zip(now, previous):

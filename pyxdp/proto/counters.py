@@ -15,6 +15,10 @@ FRAME_LABELS = tuple(t.label for t in FRAME_TYPES)  # by type value: request..po
 # (ZL_SHORT_HEADER = 1...: pyxdp.xdp.compiler.shared_defines) and counts
 # reason N at malformed[N - 1].
 REASONS = ("short_header", "truncated", "unknown_type", "too_many_frames")
+# Not a reason: the direct parser's walk result for a datagram it passes
+# unjudged (docs/spec.md §1.7), counted at beyond_window. The C has it as
+# ZL_BEYOND_WINDOW, numbered after the reasons.
+BEYOND_WINDOW = "beyond_window"
 # Why a token datagram was not forwarded, with forwarding on (docs/spec.md
 # §2.1). Numbered from 1 in this order in the C too (ZL_FWD_NO_NEIGHBOUR =
 # 1...), counted at forward[N - 1].
@@ -26,6 +30,7 @@ LAYOUT = Layout(
     ("packets", "Q"),
     ("other", "Q"),
     ("fragments", "Q"),
+    ("beyond_window", "Q"),
     ("token_datagrams", "Q"),
     ("frames", f"{len(FRAME_LABELS)}Q"),
     ("payload_bytes", "Q"),

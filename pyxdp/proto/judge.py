@@ -20,6 +20,13 @@ XDP_REDIRECT = 4
 
 SHORT_HEADER, TRUNCATED, UNKNOWN_TYPE, TOO_MANY_FRAMES = counters.REASONS
 
+# The direct-read window: the furthest packet offset at which the XDP parser
+# reads a frame header with direct packet access (the verifier must bound a
+# pointer built from a run-time length). The full parser reads later headers
+# through bpf_xdp_load_bytes; the direct parser cannot (docs/spec.md §1.7).
+# The C gets it as ZL_DIRECT_MAX.
+DIRECT_MAX = 0x3FF0
+
 
 @dataclass(frozen=True)
 class Judgement:
@@ -61,6 +68,27 @@ def judge_datagram(payload: bytes, max_frames: int = MAX_FRAMES) -> Judgement:
     return Judgement(TOO_MANY_FRAMES)
 
 
+def beyond_window(payload: bytes, payload_off: int, max_frames: int = MAX_FRAMES) -> bool:
+    """Whether the direct parser leaves PAYLOAD (starting PAYLOAD_OFF bytes
+    into its packet) unjudged: its walk comes to a header it would have to
+    read more than DIRECT_MAX bytes into the packet, with frames left in
+    the budget and that header's 5 bytes inside the datagram. Everything
+    else it judges as judge_datagram() does."""
+    end, off = len(payload), 0
+    for i in range(max_frames):
+        if end - off < HEADER_LEN:
+            return False
+        length, ftype = HEADER.unpack_from(payload, off)
+        if not 1 <= ftype <= len(FRAME_TYPES):
+            return False
+        off += HEADER_LEN + length
+        if off >= end:
+            return False
+        if payload_off + off > DIRECT_MAX:
+            return i + 1 < max_frames and end - off >= HEADER_LEN
+    return False
+
+
 # --- the packet around the datagram ---------------------------------------------
 
 # The C parser gets these as ZL_IPPROTO_*, ZL_IP_MF and ZL_IP_OFFSET
@@ -76,6 +104,7 @@ class Classified:
     kind: str  # OTHER, FRAGMENT or UDP
     dport: int = 0
     payload: bytes = b""
+    payload_off: int = 0  # where PAYLOAD starts in the packet
 
 
 def classify_packet(pkt: bytes) -> Classified:
@@ -119,7 +148,7 @@ def classify_packet(pkt: bytes) -> Classified:
     # A UDP length the packet does not back up is left to the kernel to drop.
     if ulen < 8 or l4 + ulen > len(pkt):
         return Classified(OTHER)
-    return Classified(UDP, dport, pkt[l4 + 8:l4 + ulen])
+    return Classified(UDP, dport, pkt[l4 + 8:l4 + ulen], l4 + 8)
 
 
 @dataclass(frozen=True)
@@ -135,8 +164,10 @@ def expected(
     on_malformed: str = "drop",
     socket_registered: bool = False,
     max_frames: int = MAX_FRAMES,
+    direct: bool = False,
 ) -> Expected:
-    """The verdict and counter deltas the XDP program must produce for PKT."""
+    """The verdict and counter deltas the XDP program must produce for PKT:
+    the full parser's, or with DIRECT the direct parser's (§1.7)."""
     delta = counters.zero()
     delta["packets"] = 1
     seen = classify_packet(pkt)
@@ -145,6 +176,9 @@ def expected(
         return Expected(XDP_PASS, delta)
     if seen.kind != UDP or seen.dport not in ports:
         delta["other"] = 1
+        return Expected(XDP_PASS, delta)
+    if direct and beyond_window(seen.payload, seen.payload_off, max_frames):
+        delta[counters.BEYOND_WINDOW] = 1
         return Expected(XDP_PASS, delta)
     verdict = judge_datagram(seen.payload, max_frames)
     if not verdict.valid:

@@ -23,10 +23,10 @@ from pyxdp.bpf import SOURCE_DIR
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.proto import counters, ethernet, frames, judge
-from pyxdp.xdp import egress
+from pyxdp.xdp import egress, parsers
 from pyxdp.xdp import maps as token_maps
 
-TOKEN_PROGRAM = ("xdp_token.c", "zerolayer_xdp")
+TOKEN_SOURCE = "xdp_token.c"
 
 # Map variables in bpf/zl_maps.h, by their pin names; the token program's
 # egress devmap is made by pyxdp.xdp.egress, not by bcc (load_token).
@@ -41,8 +41,8 @@ def source_dir() -> Path:
     if not override:
         return SOURCE_DIR
     path = Path(override)
-    if not (path / TOKEN_PROGRAM[0]).is_file():
-        raise ZerolayerError(f"ZEROLAYER_BPF_DIR={override} has no {TOKEN_PROGRAM[0]}")
+    if not (path / TOKEN_SOURCE).is_file():
+        raise ZerolayerError(f"ZEROLAYER_BPF_DIR={override} has no {TOKEN_SOURCE}")
     return path
 
 
@@ -57,6 +57,8 @@ def shared_defines() -> dict[str, int]:
     d["ZL_VALID"] = 0
     d.update({f"ZL_{r.upper()}": n for n, r in enumerate(counters.REASONS, 1)})
     d["ZL_REASONS"] = len(counters.REASONS)
+    d["ZL_BEYOND_WINDOW"] = len(counters.REASONS) + 1
+    d["ZL_DIRECT_MAX"] = judge.DIRECT_MAX
     # why a token datagram was not forwarded, numbered from 1 (forward[reason - 1])
     d.update({f"ZL_FWD_{r.upper()}": n for n, r in enumerate(counters.FORWARD_REASONS, 1)})
     d["ZL_FWD_REASONS"] = len(counters.FORWARD_REASONS)
@@ -171,14 +173,23 @@ class Loaded:
         self.own_fds = []
 
 
+def token_flags(variant: str) -> tuple[str, ...]:
+    """The -D definitions that build the token program as VARIANT (§1.7):
+    whether it may call bpf_xdp_load_bytes, and its function's name."""
+    return (f"-DZL_HAVE_XDP_LOAD_BYTES={int(variant == parsers.FULL)}",
+            f"-DZL_XDP_PROGRAM={parsers.PROGRAM_NAMES[variant]}")
+
+
 def load_token(pin_dir: str | None = None) -> Loaded:
-    """zerolayer's XDP program with all its maps: those bcc declares (pinned
+    """zerolayer's XDP program, built as the parser variant this kernel
+    takes (pyxdp.xdp.parsers), with all its maps: those bcc declares (pinned
     in PIN_DIR, or private without it) and the egress devmap, which
     pyxdp.xdp.egress makes and the C takes as ZL_EGRESS_FD."""
+    variant = parsers.for_this_kernel()
     fd = egress.open_map(pin_dir)
     try:
-        loaded = load(*TOKEN_PROGRAM, pin_dir=pin_dir, maps=TOKEN_MAPS,
-                      cflags=(f"-DZL_EGRESS_FD={fd}",))
+        loaded = load(TOKEN_SOURCE, parsers.PROGRAM_NAMES[variant], pin_dir=pin_dir,
+                      maps=TOKEN_MAPS, cflags=(f"-DZL_EGRESS_FD={fd}", *token_flags(variant)))
     except BaseException:
         os.close(fd)
         raise

@@ -217,6 +217,7 @@ class Observation:
     ifindex: int
     mode: str | None  # None when the pins are stale (program gone)
     program_id: int | None
+    parser: str | None  # the parser variant (pyxdp.xdp.parsers); None when stale
     attached: bool
     counters: dict[str, int]  # flat, as pyxdp.proto.counters
     gap_hist: list[int]
@@ -246,7 +247,8 @@ def observe(ifname: str, netns: str | None = None) -> Observation:
     return Observation(
         interface=ifname, netns=netns, ifindex=ins.state.ifindex,
         mode=ins.state.mode if ins.ours else None,
-        program_id=ins.state.prog_id if ins.ours else None, attached=ins.ours,
+        program_id=ins.state.prog_id if ins.ours else None, parser=ownership.parser(ins),
+        attached=ins.ours,
         counters=counts, gap_hist=hist, gap_sum_ns=sum_ns, flow_tracking=tracking,
         flows_capacity=capacity, flows=table, at_ns=time.monotonic_ns(),
     )

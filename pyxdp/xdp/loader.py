@@ -14,7 +14,7 @@ from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.kernel.privileges import preflight
 from pyxdp.proto import frames
-from pyxdp.xdp import compiler, egress, netlink, ownership, pins
+from pyxdp.xdp import compiler, egress, netlink, ownership, parsers, pins
 from pyxdp.xdp.maps import POLICIES, ZerolayerMaps, check_ports
 
 MODES = ("auto", "native", "skb")
@@ -28,6 +28,7 @@ class AttachResult:
     mode: str  # the mode in effect, read back from the kernel
     requested_mode: str
     program_id: int
+    parser: str | None  # the parser variant attached (pyxdp.xdp.parsers), by its program's name
     pin_dir: str
     ports: list[int]
     on_malformed: str
@@ -164,11 +165,13 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
         if loaded is not None:
             loaded.close()  # attached and pinned: the kernel holds it now
 
-    now = netlink.query(ifname, netns)  # report what the kernel says, not what we asked
-    assert now.mode is not None and now.prog_id is not None, "attached, yet netlink sees no program"
+    # report what the kernel says, not what we asked
+    now = ownership.inspect_state(netlink.query(ifname, netns), netns)
+    assert now.state.mode is not None and now.program is not None, "attached, yet the kernel shows no program"
     return AttachResult(
-        interface=ifname, netns=netns, action=action, mode=now.mode,
-        requested_mode=mode, program_id=now.prog_id, pin_dir=ins.pin_dir,
+        interface=ifname, netns=netns, action=action, mode=now.state.mode,
+        requested_mode=mode, program_id=now.program.id,
+        parser=parsers.of_program(now.program.name), pin_dir=ins.pin_dir,
         ports=final_ports, on_malformed=final_policy, flow_tracking=final_flows,
         forwarding=final_forward, egress=egress_names, note=note,
         forward_notes=egress.notes(ifname, netns, egress_names) if final_forward else [],

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.kernel.privileges import preflight
-from pyxdp.xdp import netlink, pins
+from pyxdp.xdp import netlink, parsers, pins
 from pyxdp.xdp.maps import ZerolayerMaps
 
 ZEROLAYER = "zerolayer"
@@ -90,6 +90,11 @@ def require_ours(ifname: str, netns: str | None = None) -> Inspection:
     return ins
 
 
+def parser(ins: Inspection) -> str | None:
+    """The parser variant of zerolayer's attached program (None when not ours)."""
+    return parsers.of_program(ins.program.name) if ins.ours and ins.program else None
+
+
 def describe(ins: Inspection) -> dict:
     """One interface for `zerolayer status --json`."""
     out = {
@@ -105,6 +110,7 @@ def describe(ins: Inspection) -> dict:
         "rx_queues": ins.state.rx_queues,
     }
     if ins.ours:
+        out["parser"] = parser(ins)
         with ZerolayerMaps.open_pinned(ins.pin_dir) as maps:
             out["ports"] = maps.ports()
             out["on_malformed"] = maps.on_malformed()

@@ -26,6 +26,7 @@ def snapshot(ins: ownership.Inspection, flat: dict[str, int]) -> dict:
         "netns": ins.netns,
         "mode": ins.state.mode if ins.ours else None,
         "program_id": ins.state.prog_id if ins.ours else None,
+        "parser": ownership.parser(ins),
         "attached": ins.ours,
         "counters": counters.nest(flat),
     }
