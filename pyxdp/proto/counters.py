@@ -14,7 +14,7 @@ FRAME_LABELS = tuple(t.label for t in FRAME_TYPES)  # by type value: request..po
 # Why a datagram is malformed. The C numbers them from 1 in this order
 # (ZL_SHORT_HEADER = 1...: pyxdp.xdp.compiler.shared_defines) and counts
 # reason N at malformed[N - 1].
-REASONS = ("short_header", "truncated", "unknown_type", "too_many_frames")
+REASONS = ("short_header", "truncated", "unknown_type", "too_many_frames", "bad_checksum")
 # Why a token datagram was not forwarded, with forwarding on (docs/spec.md
 # §2.1). Numbered from 1 in this order in the C too (ZL_FWD_NO_NEIGHBOUR =
 # 1...), counted at forward[N - 1].
