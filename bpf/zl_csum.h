@@ -193,8 +193,9 @@ static __always_inline int zl_csum_check(struct xdp_md *ctx, const struct zl_udp
 	if (field != zl_csum_fold(pseudo))
 		return ZL_CSUM_BAD;
 	/* A partial sum: the device would have summed from the UDP header on,
-	 * the field included, and written the complement. */
-	whole = ~whole & 0xffff;
+	 * the field (the pseudo-header's part) included, and written the
+	 * complement. */
+	whole = ~zl_csum_fold(bytes) & 0xffff;
 	return whole ? whole : 0xffff;
 }
 
