@@ -83,6 +83,21 @@ def build(payload: bytes, *, family: int = 4, vlans: tuple[int, ...] = (),
     return pkt + bytes(max(0, pad_to - len(pkt)))
 
 
+def flip_payload_byte(rng: random.Random, pkt: bytes, last: bool = False) -> bytes:
+    """PKT, a UDP datagram with a payload, with one payload byte (the LAST
+    one, or any) changed after its checksum was written: corrupted on the
+    way."""
+    off = 14
+    while struct.unpack_from("!H", pkt, off - 2)[0] in (0x8100, 0x88A8):
+        off += 4
+    (ethertype,) = struct.unpack_from("!H", pkt, off - 2)
+    l4 = off + (pkt[off] & 0xF) * 4 if ethertype == 0x0800 else off + 40
+    (ulen,) = struct.unpack_from("!H", pkt, l4 + 4)
+    damaged = bytearray(pkt)
+    damaged[l4 + (ulen - 1 if last else 8 + rng.randrange(ulen - 8))] ^= rng.randrange(1, 256)
+    return bytes(damaged)
+
+
 def token_frames(*items) -> bytes:
     """token_frames(("token", "hi"), ("done", "")) -> wire bytes."""
     return b"".join(frames.encode(frames.FrameType[name.upper()], body) for name, body in items)

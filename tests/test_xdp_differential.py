@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from packets import CHECKSUMS, build, ether, ipv4, ipv6, udp
+from packets import CHECKSUMS, build, ether, flip_payload_byte, ipv4, ipv6, udp
 from pyxdp.proto import frames, judge
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
@@ -58,14 +58,6 @@ def _checksum(rng: random.Random) -> str:
     return rng.choice(CHECKSUMS[:1] * 6 + CHECKSUMS[1:])
 
 
-def _flip_payload_byte(rng: random.Random, packet: bytes, payload_len: int) -> bytes:
-    """PACKET with one byte of its UDP payload (the last PAYLOAD_LEN bytes
-    before any padding) changed, after its checksum was written."""
-    damaged = bytearray(packet)
-    damaged[len(packet) - payload_len + rng.randrange(payload_len)] ^= rng.randrange(1, 256)
-    return bytes(damaged)
-
-
 def _packet(rng: random.Random) -> bytes:
     payload = _payload(rng)
     shape = rng.random()
@@ -84,7 +76,7 @@ def _packet(rng: random.Random) -> bytes:
         payload = _valid_frames(rng, rng.randrange(1, 17))
         packet = build(payload, family=rng.choice((4, 6)), dport=dport,
                        checksum=rng.choice(("full", "full", "partial")))
-        return _flip_payload_byte(rng, packet, len(payload))
+        return flip_payload_byte(rng, packet)
     if shape < 0.85:  # a UDP length that may lie
         return build(payload, family=rng.choice((4, 6)), dport=dport,
                      udp_len=rng.randrange(0, len(payload) + 20), checksum=_checksum(rng))
