@@ -138,9 +138,12 @@ def test_datagrams_of_a_plain_socket_arrive_checksummed(routed, ipv6):
 
 @FORWARDING
 @pytest.mark.parametrize("ipv6", [False, True], ids=["ipv4", "ipv6"])
-def test_a_corrupted_datagram_is_never_forwarded(routed, ipv6):
+def test_a_corrupted_datagram_is_never_forwarded(routed, ipv6, cli):
     """A payload byte changed after the checksum was computed: dropped as
-    bad_checksum, never forwarded; the intact ones are."""
+    bad_checksum, never forwarded; the intact ones are. stats and the
+    exporter show the reason."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     lab, receiver = routed
     good = packet(lab, token("intact"), ipv6=ipv6)
     bad = bytearray(good)
@@ -150,6 +153,14 @@ def test_a_corrupted_datagram_is_never_forwarded(routed, ipv6):
     assert [p for p, _, _ in arrived(receiver)] == [token("intact")]
     d = delta(router_counters(lab), before)
     assert d["malformed.bad_checksum"] == d["malformed_dropped"] == 3 and d["forwarded"] == 1
+    ns = lab.router_in.netns
+    snap = json.loads(cli("stats", "rtr0", "--netns", ns, "--json", check=True).stdout)
+    assert snap["counters"]["malformed"]["bad_checksum"] == 3
+    text = cli("exporter", "--once", check=True).stdout
+    [value] = [s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name == "zerolayer_malformed_total" and s.labels.get("netns") == ns
+               and s.labels.get("reason") == "bad_checksum"]
+    assert value == 3
 
 
 @pytest.mark.parametrize("ipv6", [False, True], ids=["ipv4", "ipv6"])
