@@ -19,8 +19,14 @@ from pyxdp.proto.frames import DEFAULT_PORT, Frame, FrameType
 from pyxdp.xdp import stats
 from pyxdp.xsk.sender import TokenSender
 from pyxdp.xsk.tx import XskTxSocket
-from tx_helpers import (Capture, UdpReceiver, emitted_payload, enable_peer_ipv6, udp_counters,
-                        udp_counters_in)
+from tx_helpers import (
+    Capture,
+    UdpReceiver,
+    emitted_payload,
+    enable_peer_ipv6,
+    udp_counters,
+    udp_counters_in,
+)
 from xdp_helpers import one_line_error
 
 pytestmark = pytest.mark.root
