@@ -9,6 +9,7 @@
 #include "zl_maps.h"
 #include "zl_parse.h"
 #include "zl_frames.h"
+#include "zl_csum.h"
 #include "zl_flows.h"
 #include "zl_forward.h"
 
@@ -71,8 +72,11 @@ static __always_inline void zl_track_flow(struct xdp_md *ctx, const struct zl_wa
 }
 
 /* What the packet is: ZL_L4_OTHER, ZL_L4_FRAGMENT, or ZL_L4_UDP for a
- * datagram to a token port, walked into *W. */
-static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w)
+ * datagram to a token port, walked into *W. A datagram whose frames are
+ * valid has its UDP checksum checked too: wrong, it is malformed
+ * (ZL_BAD_CHECKSUM); right, *CHECK is what zl_csum_check() says to write
+ * before it leaves. */
+static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w, __u32 *check)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -89,6 +93,14 @@ static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w)
 	if (!is_token_port || !*is_token_port)
 		return ZL_L4_OTHER;
 	zl_walk_frames(ctx, data, data_end, udp.payload_off, udp.payload_end, w);
+	if (w->reason == ZL_VALID) {
+		int rc = zl_csum_check(ctx, &udp);
+
+		if (rc == ZL_CSUM_BAD)
+			w->reason = ZL_BAD_CHECKSUM;
+		else
+			*check = rc;
+	}
 	return ZL_L4_UDP;
 }
 
@@ -100,10 +112,10 @@ int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 	struct zl_counters *c;
 	struct zl_config *cfg;
 	struct zl_walk walk;
-	__u32 zero = 0;
+	__u32 zero = 0, check = 0;
 	int kind, queue, action, reason;
 
-	kind = zl_classify(ctx, &walk);
+	kind = zl_classify(ctx, &walk, &check);
 	/* Looked up only now: held across the walk, the pointer took a
 	 * register the walk needs, and the walk's state went to the stack. */
 	c = zl_counters.lookup(&zero);
@@ -134,7 +146,7 @@ int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 	if (cfg && (cfg->flags & ZL_CONFIG_FLOWS))
 		zl_track_flow(ctx, &walk);
 	if (cfg && (cfg->flags & ZL_CONFIG_FORWARD)) {
-		reason = zl_forward(ctx);
+		reason = zl_forward(ctx, check);
 		if (reason == ZL_VALID) {
 			c->forwarded++;
 			return XDP_REDIRECT;

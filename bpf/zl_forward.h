@@ -26,6 +26,7 @@
 #include "zl_consts.h"
 #include "zl_endian.h"
 #include "zl_parse.h"
+#include "zl_csum.h"
 
 #ifndef ZL_EGRESS_FD
 #error "ZL_EGRESS_FD is defined by the loader (pyxdp/xdp/egress.py)"
@@ -48,21 +49,21 @@
  * a tagged frame (the FIB routes the ingress device, not its VLAN), or
  * anything but IPv4/IPv6 over Ethernet. On ZL_VALID (0), *FIB holds the
  * egress ifindex and the MACs to write. */
-static __always_inline int zl_route(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
+static __always_inline int zl_route(struct xdp_md *ctx, struct bpf_fib_lookup *fib,
+				    struct zl_udp *udp)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct zl_udp udp;
 	int rc;
 
-	if (zl_parse_udp(data, data_end, &udp) != ZL_L4_UDP || udp.l3_off != ZL_ETH_HLEN)
+	if (zl_parse_udp(data, data_end, udp) != ZL_L4_UDP || udp->l3_off != ZL_ETH_HLEN)
 		return ZL_FWD_NOT_FORWARDABLE;
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->ifindex = ctx->ingress_ifindex;
 	fib->l4_protocol = ZL_IPPROTO_UDP;
-	fib->sport = zl_htons(udp.sport);
-	fib->dport = zl_htons(udp.dport);
-	if (udp.ip_version == 4) {
+	fib->sport = zl_htons(udp->sport);
+	fib->dport = zl_htons(udp->dport);
+	if (udp->ip_version == 4) {
 		struct iphdr *ip = data + ZL_ETH_HLEN;
 
 		if ((void *)(ip + 1) > data_end)
@@ -129,18 +130,21 @@ static __always_inline int zl_spend_hop(void *data, void *data_end, __u8 family)
 }
 
 /* Forwards the token datagram in CTX: ZL_VALID when it was redirected, or
- * the reason it was not (the packet is then untouched). The packet is
+ * the reason it was not (the packet is then untouched). CHECK, from
+ * zl_csum_check(), is the UDP checksum to write (0: none): no device will
+ * finish a partial one once the datagram leaves by redirect. The packet is
  * parsed again here rather than kept from the walk, as zl_track_flow does,
  * so that nothing is held across the walk when forwarding is off. */
-static __always_inline int zl_forward(struct xdp_md *ctx)
+static __always_inline int zl_forward(struct xdp_md *ctx, __u32 check)
 {
 	struct bpf_fib_lookup fib;
+	struct zl_udp udp;
 	struct ethhdr *eth;
 	void *data, *data_end;
 	__u32 egress;
 	int rc;
 
-	rc = zl_route(ctx, &fib);
+	rc = zl_route(ctx, &fib, &udp);
 	if (rc != ZL_VALID)
 		return rc;
 	egress = fib.ifindex;
@@ -158,6 +162,8 @@ static __always_inline int zl_forward(struct xdp_md *ctx)
 		return rc;
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	if (check)
+		zl_csum_complete(ctx, udp.payload_off - sizeof(struct udphdr), check);
 	return bpf_redirect_map(zl_egress, egress, 0) == XDP_REDIRECT ? ZL_VALID
 								       : ZL_FWD_NOT_FORWARDABLE;
 }
@@ -168,7 +174,8 @@ static __always_inline int zl_forward(struct xdp_md *ctx)
 static __always_inline int zl_routed_on(struct xdp_md *ctx)
 {
 	struct bpf_fib_lookup fib;
-	int rc = zl_route(ctx, &fib);
+	struct zl_udp udp;
+	int rc = zl_route(ctx, &fib, &udp);
 
 	return rc == ZL_VALID || rc == ZL_FWD_NO_NEIGHBOUR || rc == ZL_FWD_TOO_BIG;
 }

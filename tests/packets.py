@@ -8,7 +8,7 @@ knobs for the hostile variants (IP options, fragments, lying UDP lengths).
 import random
 import struct
 
-from pyxdp.proto import frames
+from pyxdp.proto import frames, judge
 
 DUT_MAC = bytes.fromhex("027a00000001")
 PEER_MAC = bytes.fromhex("027a00000002")
@@ -23,9 +23,30 @@ def udp(payload: bytes, dport: int = frames.DEFAULT_PORT, sport: int = 40000,
     return struct.pack("!HHHH", sport, dport, ulen & 0xFFFF, 0) + payload
 
 
+CHECKSUMS = ("full", "partial", "zero")
+
+
+def with_checksum(l4: bytes, src: bytes, dst: bytes, how: str) -> bytes:
+    """L4, a UDP datagram from SRC to DST, with its checksum field set HOW:
+    full (correct; 0 sent as 0xFFFF), partial (the folded pseudo-header sum
+    alone, as a sender that leaves the rest to its device writes it), zero."""
+    if len(l4) < 8 or how == "zero":
+        return l4
+    (ulen,) = struct.unpack_from("!H", l4, 4)
+    pseudo = src + dst + struct.pack("!HH", 17, ulen)
+    if how == "partial":
+        check = judge.ones_sum(pseudo)
+    else:
+        check = ~judge.ones_sum(pseudo + l4[:6] + b"\x00\x00" + l4[8:ulen]) & 0xFFFF or 0xFFFF
+    return l4[:6] + struct.pack("!H", check) + l4[8:]
+
+
 def ipv4(l4: bytes, *, proto: int = 17, options: bytes = b"", flags_frag: int = 0,
-         version: int = 4, ihl: int | None = None) -> bytes:
+         version: int = 4, ihl: int | None = None, checksum: str = "zero") -> bytes:
+    """CHECKSUM: how a UDP L4 (PROTO 17, not a fragment) is checksummed."""
     assert len(options) % 4 == 0
+    if proto == 17 and not flags_frag:
+        l4 = with_checksum(l4, SRC4, DST4, checksum)
     ihl = 5 + len(options) // 4 if ihl is None else ihl
     total = 20 + len(options) + len(l4)
     hdr = struct.pack("!BBHHHBBH4s4s", (version << 4) | ihl, 0, total & 0xFFFF, 1,
@@ -33,7 +54,10 @@ def ipv4(l4: bytes, *, proto: int = 17, options: bytes = b"", flags_frag: int = 
     return hdr + options + l4
 
 
-def ipv6(l4: bytes, *, nexthdr: int = 17, version: int = 6) -> bytes:
+def ipv6(l4: bytes, *, nexthdr: int = 17, version: int = 6, checksum: str = "full") -> bytes:
+    """A UDP L4 (NEXTHDR 17) gets a CHECKSUM: full by default, IPv6 requires one."""
+    if nexthdr == 17:
+        l4 = with_checksum(l4, SRC6, DST6, checksum)
     return struct.pack("!IHBB16s16s", version << 28, len(l4), nexthdr, 64, SRC6, DST6) + l4
 
 
@@ -47,15 +71,31 @@ def ether(l3: bytes, ethertype: int, vlans: tuple[int, ...] = ()) -> bytes:
 
 def build(payload: bytes, *, family: int = 4, vlans: tuple[int, ...] = (),
           dport: int = frames.DEFAULT_PORT, options: bytes = b"", udp_len: int | None = None,
-          pad_to: int = 0) -> bytes:
-    """A token-port UDP datagram carrying PAYLOAD, padded with zeros to PAD_TO
-    bytes as Ethernet padding would be."""
+          pad_to: int = 0, checksum: str = "full") -> bytes:
+    """A token-port UDP datagram carrying PAYLOAD, its checksum set as
+    with_checksum() says, padded with zeros to PAD_TO bytes as Ethernet
+    padding would be."""
     l4 = udp(payload, dport, length=udp_len)
     if family == 4:
-        pkt = ether(ipv4(l4, options=options), 0x0800, vlans)
+        pkt = ether(ipv4(l4, options=options, checksum=checksum), 0x0800, vlans)
     else:
-        pkt = ether(ipv6(l4), 0x86DD, vlans)
+        pkt = ether(ipv6(l4, checksum=checksum), 0x86DD, vlans)
     return pkt + bytes(max(0, pad_to - len(pkt)))
+
+
+def flip_payload_byte(rng: random.Random, pkt: bytes, last: bool = False) -> bytes:
+    """PKT, a UDP datagram with a payload, with one payload byte (the LAST
+    one, or any) changed after its checksum was written: corrupted on the
+    way."""
+    off = 14
+    while struct.unpack_from("!H", pkt, off - 2)[0] in (0x8100, 0x88A8):
+        off += 4
+    (ethertype,) = struct.unpack_from("!H", pkt, off - 2)
+    l4 = off + (pkt[off] & 0xF) * 4 if ethertype == 0x0800 else off + 40
+    (ulen,) = struct.unpack_from("!H", pkt, l4 + 4)
+    damaged = bytearray(pkt)
+    damaged[l4 + (ulen - 1 if last else 8 + rng.randrange(ulen - 8))] ^= rng.randrange(1, 256)
+    return bytes(damaged)
 
 
 def token_frames(*items) -> bytes:

@@ -3,8 +3,10 @@ namespaces, sender -> router -> receiver (pyxdp/lab/routed_lab.py), with
 zerolayer attached to the router's ingress and datagrams counted exactly at
 a UDP socket in the receiver's namespace and in the router's counters."""
 
+import itertools
 import json
 import socket
+import struct
 import time
 
 import pytest
@@ -17,12 +19,11 @@ from pyxdp.kernel import bpfsys, netns
 from pyxdp.lab import traffic
 from pyxdp.lab.generator import XDP_MD
 from pyxdp.lab.routed_lab import RoutedLab
-from pyxdp.proto import counters, frames
+from pyxdp.proto import counters, frames, judge
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import egress, loader, netlink, stats
 from pyxdp.xdp.testrun import TokenProgram
-from test_tx_headers import reference_sum
-from tx_helpers import UdpReceiver
+from tx_helpers import UdpReceiver, udp_counters_in
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 FORWARDING = pytest.mark.capability("xdp_forwarding")
@@ -105,6 +106,61 @@ def test_valid_datagrams_are_forwarded_and_malformed_never(routed, ipv6, record_
     assert sum(d[f"forward.{r}"] for r in counters.FORWARD_REASONS) == 0
     mode = netlink.query("rtr0", lab.router_in.netns).mode
     record_property("seen", f"{mode} on veth")
+
+
+@FORWARDING
+@pytest.mark.parametrize("routed", [{"mode": "native"}, {"mode": "skb"}], indirect=True,
+                         ids=["native", "skb"])
+@pytest.mark.parametrize("ipv6", [False, True], ids=["ipv4", "ipv6"])
+def test_datagrams_of_a_plain_socket_arrive_checksummed(routed, ipv6):
+    """A socket in the sender's namespace leaves the UDP checksum to its
+    veth (the field holds the pseudo-header sum only); XDP forwards the
+    datagrams with the checksum finished, and the receiver's kernel
+    accepts every one."""
+    lab, receiver = routed
+    dst = lab.receiver.ipv6 if ipv6 else lab.receiver.ipv4
+    payloads = [token(f"plain {i}") * (1 + i % 5) for i in range(30)]
+    version = 6 if ipv6 else 4
+    errors_before = udp_counters_in(lab.receiver.netns, version)["InCsumErrors"]
+    before = router_counters(lab)
+    with netns.entered(lab.sender.netns):
+        sock = socket.socket(socket.AF_INET6 if ipv6 else socket.AF_INET, socket.SOCK_DGRAM)
+    with sock:
+        for p in payloads:
+            sock.sendto(p, (dst, frames.DEFAULT_PORT))
+    got = [p for p, _, _ in arrived(receiver)]
+    d = delta(router_counters(lab), before)
+    assert sorted(got) == sorted(payloads)
+    assert udp_counters_in(lab.receiver.netns, version)["InCsumErrors"] == errors_before
+    assert d["forwarded"] == d["token_datagrams"] == len(payloads)
+    assert d["malformed.bad_checksum"] == 0
+
+
+@FORWARDING
+@pytest.mark.parametrize("ipv6", [False, True], ids=["ipv4", "ipv6"])
+def test_a_corrupted_datagram_is_never_forwarded(routed, ipv6, cli):
+    """A payload byte changed after the checksum was computed: dropped as
+    bad_checksum, never forwarded; the intact ones are. stats and the
+    exporter show the reason."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lab, receiver = routed
+    good = packet(lab, token("intact"), ipv6=ipv6)
+    bad = bytearray(good)
+    bad[-1] ^= 0x20  # "intact" -> "intacT"
+    before = router_counters(lab)
+    send(lab, [bytes(bad)] * 3 + [good])
+    assert [p for p, _, _ in arrived(receiver)] == [token("intact")]
+    d = delta(router_counters(lab), before)
+    assert d["malformed.bad_checksum"] == d["malformed_dropped"] == 3 and d["forwarded"] == 1
+    ns = lab.router_in.netns
+    snap = json.loads(cli("stats", "rtr0", "--netns", ns, "--json", check=True).stdout)
+    assert snap["counters"]["malformed"]["bad_checksum"] == 3
+    text = cli("exporter", "--once", check=True).stdout
+    [value] = [s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name == "zerolayer_malformed_total" and s.labels.get("netns") == ns
+               and s.labels.get("reason") == "bad_checksum"]
+    assert value == 3
 
 
 @pytest.mark.parametrize("ipv6", [False, True], ids=["ipv4", "ipv6"])
@@ -268,18 +324,33 @@ def test_attach_names_what_the_egress_veth_needs(routed, cli):
     assert f"ip netns exec {lab.receiver.netns} ethtool -K rcv0 gro on" in note
 
 
+def partial_sum(sent: bytes) -> bytes:
+    """SENT with its UDP checksum field holding the pseudo-header sum alone,
+    as a local sender leaves it to its device (CHECKSUM_PARTIAL)."""
+    seen = Ether(sent)
+    l3 = seen[IPv6] if IPv6 in seen else seen[IP]
+    addresses = bytes(l3)[8:40] if IPv6 in seen else bytes(l3)[12:20]
+    l4 = len(sent) - len(bytes(seen[UDP]))
+    pseudo = judge.ones_sum(addresses + struct.pack("!HH", 17, seen[UDP].len))
+    return sent[:l4 + 6] + struct.pack("!H", pseudo) + sent[l4 + 8:]
+
+
 def test_rewrite_by_test_run():
     """BPF_PROG_TEST_RUN in the router's namespace, as if the datagram came
     in on rtr0: XDP_REDIRECT, the next hop's MACs, one hop less, a correct
-    IPv4 header checksum; the payload untouched."""
+    IPv4 header checksum; the payload untouched; a UDP checksum left
+    partial by its sender finished."""
     with RoutedLab() as lab:
         with netns.entered(lab.router_in.netns):
             prog = TokenProgram()
             prog.maps.set_forward_enabled(True)
             egress.fill(prog.maps["egress"].fd, None)
             rtr0 = socket.if_nametoindex("rtr0")
-            for ipv6 in (False, True):
+            for ipv6, partial in itertools.product((False, True), (False, True)):
                 sent = packet(lab, token("rewrite me"), ipv6=ipv6, ttl=9)
+                if partial:
+                    sent = partial_sum(sent)
+                    assert judge.classify_packet(sent).checksum == judge.CSUM_PARTIAL
                 # data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
                 ctx = XDP_MD.pack(0, len(sent), 0, rtr0, 0, 0)
                 before = prog.maps.read_counters()
@@ -292,8 +363,9 @@ def test_rewrite_by_test_run():
                 assert (l3.hlim if ipv6 else l3.ttl) == 8
                 if not ipv6:
                     header = bytes(l3)[:20]
-                    assert reference_sum(header) == 0xFFFF
+                    assert judge.ones_sum(header) == 0xFFFF
                 assert bytes(out[UDP].payload) == token("rewrite me")
+                assert judge.classify_packet(bytes(out)).checksum == judge.CSUM_FULL
                 assert bytes(out)[14:] != sent[14:] and len(run.data_out) == len(sent)
 
 
@@ -332,3 +404,4 @@ def test_stats_exporter_and_top_show_forwarding(routed, cli):
     row = next(ln for ln in lines if ln.startswith(f"{ns}/rtr0"[-32:]))
     column = header.index("FORWARD/S") + len("FORWARD/S")
     assert float(row[column - 9:column]) > 0, row
+

@@ -91,12 +91,12 @@ def test_shares_become_exact_interleaved_counts(rig):
     mix = generator.token_mix(lab, payload_sizes=(8, 64), malformed=0.02, other=0.05)
     per_cycle = mix.counts(len(mix.schedule))
     assert len(mix.schedule) == generator.MIX_SLOTS
-    # tokens (two sizes), four malformed reasons, other
-    assert per_cycle == [465, 465, 5, 5, 5, 5, 50]
+    # tokens (two sizes), every malformed reason, other
+    assert per_cycle == [465, 465] + [4] * len(counters.REASONS) + [50]
     assert mix.counts(3 * len(mix.schedule) + 10) == [
         3 * c + mix.schedule[:10].count(i) for i, c in enumerate(per_cycle)]
     # spread out, not in bursts: no 50 slots in a row without an "other"
-    other = [i for i, t in enumerate(mix.schedule) if t == 6]
+    other = [i for i, t in enumerate(mix.schedule) if t == len(per_cycle) - 1]
     assert max(b - a for a, b in zip(other, other[1:])) <= 25
 
 

@@ -1,6 +1,8 @@
 """The C program against the Python reference judge on 20,000 random and
 mutated datagrams, through BPF_PROG_TEST_RUN: the verdict, every counter
-delta and the bytes out must agree for every one. ZEROLAYER_DIFFERENTIAL_CASES
+delta and the bytes out must agree for every one. Their UDP checksums are
+full, partial (the pseudo-header sum a sender leaves to its device), zero,
+or broken after the fact (a payload byte flipped), over IPv4 and IPv6. ZEROLAYER_DIFFERENTIAL_CASES
 sets a smaller number where a test run is slow (the emulated VM kernels)."""
 
 import os
@@ -9,7 +11,7 @@ import struct
 
 import pytest
 
-from packets import build, ether, ipv4, ipv6, udp
+from packets import CHECKSUMS, build, ether, flip_payload_byte, ipv4, ipv6, udp
 from pyxdp.proto import frames, judge
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
@@ -52,11 +54,15 @@ def _payload(rng: random.Random) -> bytes:
     return rng.randbytes(rng.randrange(0, 48))  # noise
 
 
+def _checksum(rng: random.Random) -> str:
+    return rng.choice(CHECKSUMS[:1] * 6 + CHECKSUMS[1:])
+
+
 def _packet(rng: random.Random) -> bytes:
     payload = _payload(rng)
     shape = rng.random()
     dport = rng.choice(TOKEN_PORTS) if rng.random() < 0.9 else rng.randrange(1, 65536)
-    if shape < 0.75:
+    if shape < 0.65:
         return build(
             payload,
             family=rng.choice((4, 4, 6)),
@@ -64,14 +70,21 @@ def _packet(rng: random.Random) -> bytes:
             dport=dport,
             options=rng.choice((b"", b"", b"\x01" * 4 * rng.randrange(1, 11))),
             pad_to=rng.choice((0, 0, 60)),
+            checksum=_checksum(rng),
         )
+    if shape < 0.75:  # corrupted on the way: mostly valid frames, a wrong checksum
+        payload = _valid_frames(rng, rng.randrange(1, 17))
+        packet = build(payload, family=rng.choice((4, 6)), dport=dport,
+                       checksum=rng.choice(("full", "full", "partial")))
+        return flip_payload_byte(rng, packet)
     if shape < 0.85:  # a UDP length that may lie
-        return build(payload, dport=dport, udp_len=rng.randrange(0, len(payload) + 20))
+        return build(payload, family=rng.choice((4, 6)), dport=dport,
+                     udp_len=rng.randrange(0, len(payload) + 20), checksum=_checksum(rng))
     if shape < 0.92:  # fragments
         if rng.random() < 0.5:
             return ether(ipv4(udp(payload, dport), flags_frag=rng.choice((0x2000, 1, 0x3FFF))), 0x0800)
         return ether(ipv6(bytes(8) + udp(payload, dport), nexthdr=44), 0x86DD)
-    packet = bytearray(build(payload, dport=dport))  # random damage anywhere
+    packet = bytearray(build(payload, dport=dport, checksum=_checksum(rng)))  # random damage anywhere
     for _ in range(rng.randrange(1, 4)):
         packet[rng.randrange(len(packet))] = rng.randrange(256)
     # cut short, but never below an Ethernet header: the kernel does not
@@ -81,7 +94,9 @@ def _packet(rng: random.Random) -> bytes:
 
 def test_c_program_equals_reference_judge(token_program):
     rng = random.Random(SEED)
-    mismatches, seen = [], {"other": 0, "fragment": 0, "token": 0, "malformed": 0}
+    mismatches = []
+    seen = {"other": 0, "fragment": 0, "token": 0, "malformed": 0, "bad_checksum": 0,
+            "partial token": 0, "unchecksummed token": 0}
     for policy in ("drop", "pass"):
         token_program.configure(TOKEN_PORTS, policy)
         for i in range(CASES // 2):
@@ -93,7 +108,12 @@ def test_c_program_equals_reference_judge(token_program):
             kind = ("fragment" if want.counters["fragments"] else "other" if want.counters["other"]
                     else "token" if want.counters["token_datagrams"] else "malformed")
             seen[kind] += 1
+            checksum = judge.classify_packet(packet).checksum
+            if want.counters["malformed.bad_checksum"]:
+                seen["bad_checksum"] += 1
+            elif kind == "token" and checksum != judge.CSUM_FULL:
+                seen[f"{'partial' if checksum == judge.CSUM_PARTIAL else 'unchecksummed'} token"] += 1
     token_program.configure([frames.DEFAULT_PORT], "drop")
     assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]}"
     # the generator really reaches every class, in numbers
-    assert min(seen.values()) > CASES // 50, seen
+    assert min(seen.values()) > CASES // 100, seen

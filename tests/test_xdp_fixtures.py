@@ -30,6 +30,19 @@ def malformed(reason: str, policy: str = "drop") -> dict:
             else "malformed_passed": 1}
 
 
+def last_byte_flipped(packet: bytes) -> bytes:
+    """PACKET (no Ethernet padding) with its last payload byte changed after
+    the checksum was written."""
+    return packet[:-1] + bytes([packet[-1] ^ 0x01])
+
+
+BIG = frames.encode(frames.FrameType.TOKEN, "x" * 1395)  # 1408-byte UDP: 2 chunks + 383
+CORRUPTED_V4 = last_byte_flipped(build(ONE_TOKEN))
+CORRUPTED_V6 = last_byte_flipped(build(ONE_TOKEN, family=6))
+CORRUPTED_PARTIAL = last_byte_flipped(build(ONE_TOKEN, checksum="partial"))
+BIG_CORRUPTED = last_byte_flipped(build(BIG))
+CORRUPTED_TRUNCATED = last_byte_flipped(build(frames.HEADER.pack(100, 2) + b"short"))
+
 OTHER = {"packets": 1, "other": 1}
 FRAGMENT = {"packets": 1, "fragments": 1}
 
@@ -85,6 +98,27 @@ CASES = [
     ("version 6 in an IPv4 ethertype", ether(ipv4(udp(ONE_TOKEN), version=6), 0x0800), PASS, OTHER),
     ("UDP length past the packet", build(ONE_TOKEN, udp_len=200), PASS, OTHER),
     ("UDP length under 8", build(ONE_TOKEN, udp_len=7), PASS, OTHER),
+    # --- UDP checksums (§1.8) ------------------------------------------------------
+    ("ipv4, checksum zero: none, accepted", build(ONE_TOKEN, checksum="zero"), PASS,
+     token({"token": 1}, 5)),
+    ("ipv6, checksum zero: invalid", build(ONE_TOKEN, family=6, checksum="zero"), DROP,
+     malformed("bad_checksum")),
+    ("ipv4, partial sum (a local sender's)", build(ONE_TOKEN, checksum="partial"), PASS,
+     token({"token": 1}, 5)),
+    ("ipv6, partial sum", build(ONE_TOKEN, family=6, checksum="partial"), PASS,
+     token({"token": 1}, 5)),
+    ("ipv4, a payload byte changed after the checksum", CORRUPTED_V4, DROP,
+     malformed("bad_checksum")),
+    ("ipv6, a payload byte changed after the checksum", CORRUPTED_V6, DROP,
+     malformed("bad_checksum")),
+    # a partial sum covers no payload byte: nothing can tell, as in the kernel
+    ("ipv4, partial sum, then a payload byte changed", CORRUPTED_PARTIAL, PASS,
+     token({"token": 1}, 5)),
+    ("1400 bytes: chunks of 512, every remainder step", build(BIG), PASS,
+     token({"token": 1}, len(BIG) - 5)),
+    ("1400 bytes, its last byte changed", BIG_CORRUPTED, DROP, malformed("bad_checksum")),
+    ("bad checksum, frames malformed too: the walk's reason",
+     CORRUPTED_TRUNCATED, DROP, malformed("truncated")),
     # (shorter than an Ethernet header never reaches XDP: test runs refuse it too)
     ("ethernet header only", build(ONE_TOKEN)[:14], PASS, OTHER),
     ("truncated ipv4 header", build(ONE_TOKEN)[:30], PASS, OTHER),
@@ -118,6 +152,16 @@ def test_malformed_policy_pass(token_program):
         token_program.configure([frames.DEFAULT_PORT], "drop")
     assert outcome.action_name == "XDP_PASS"
     assert outcome.counters == full(malformed("short_header", "pass"))
+
+
+def test_a_bad_checksum_follows_policy_pass(token_program):
+    token_program.configure([frames.DEFAULT_PORT], "pass")
+    try:
+        outcome = token_program.run(CORRUPTED_V6)
+    finally:
+        token_program.configure([frames.DEFAULT_PORT], "drop")
+    assert outcome.action_name == "XDP_PASS"
+    assert outcome.counters == full(malformed("bad_checksum", "pass"))
 
 
 def test_port_set_is_runtime_config(token_program):

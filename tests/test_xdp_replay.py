@@ -96,4 +96,5 @@ def test_big_skb_mode_datagrams_take_the_slow_reader():
         assert reasons == [None, None, "unknown_type", "truncated", "short_header"]
         assert got["frames.token"] == 5 and got["frames.done"] == 1
         assert counters.nest(got)["malformed"] == {
-            "short_header": 1, "truncated": 1, "unknown_type": 1, "too_many_frames": 0}
+            "short_header": 1, "truncated": 1, "unknown_type": 1, "too_many_frames": 0,
+            "bad_checksum": 0}

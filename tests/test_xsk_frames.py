@@ -8,10 +8,11 @@ import random
 import numpy as np
 import pytest
 
-from packets import random_token_packet, random_token_payload
+from packets import flip_payload_byte, random_token_packet, random_token_payload
 from pyxdp.lab import traffic
-from pyxdp.lab.generator import Mix
-from pyxdp.proto import datagram, judge
+from pyxdp.lab.generator import LiveGenerator, Mix
+from pyxdp.proto import counters, datagram, frames, judge
+from pyxdp.xdp import stats
 from pyxdp.xsk.socket import XskSocket
 from xdp_helpers import live_generator
 
@@ -116,3 +117,28 @@ def test_the_views_are_umem_and_released_chunks_come_back(attached):
             views = [view for _, view in batch.frames()]
             assert all(np.shares_memory(np.frombuffer(v, np.uint8), batch.umem)
                        for v in views if len(v))
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("family", [4, 6])
+def test_a_corrupted_datagram_never_reaches_frames(attached, family):
+    """A payload byte changed after the checksum was written, as a faulty
+    link delivers it: XDP drops it as bad_checksum, and Batch.frames() sees
+    only the intact datagrams, in order."""
+    rng = random.Random(family)
+    tail = frames.encode(frames.FrameType.TOKEN, "end")  # the byte changed is its last
+    payloads = (random_token_payload(rng, 600) + tail for _ in range(100))
+    intact = [random_token_packet(rng, p, family) for p in payloads
+              if judge.judge_datagram(p).valid][:20]  # not one frame too many
+    mixed = [p for pkt in intact for p in (flip_payload_byte(rng, pkt, last=True), pkt)]
+    ns, ifname = attached.dut.netns, attached.dut.ifname
+    before = counters.flatten(stats.read(ifname, ns)["counters"])
+    with XskSocket(ifname, netns=ns, **BIG) as sock:
+        traffic.send(attached, mixed)
+        got = received(sock, len(intact), batch_size=16)
+        with sock.recv(16, timeout=0.3) as extra:
+            assert not extra
+    assert [w for _, _, w, _ in got] == [sent_frames(p) for p in intact]
+    d = counters.delta(counters.flatten(stats.read(ifname, ns)["counters"]), before)
+    assert d["malformed.bad_checksum"] == d["malformed_dropped"] == len(intact)
+    assert d["redirected"] == len(intact)

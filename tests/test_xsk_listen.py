@@ -120,6 +120,27 @@ def test_listen_json_prints_every_frame_in_order(attached):
         {"frames": len(expected), "datagrams": redirected, "lost": 0, "broken": 0, "unread": 0}
 
 
+@pytest.mark.kernel
+@pytest.mark.capability("af_xdp_copy")
+@pytest.mark.parametrize("ipv6", [False, True], ids=["ipv4", "ipv6"])
+def test_listen_never_prints_a_corrupted_datagram(attached, ipv6):
+    """One payload byte flipped after scapy wrote the checksum: dropped by
+    XDP as bad_checksum; listen prints the intact datagrams only."""
+    lab = attached
+    intact = [bytes(traffic.udp_packet(lab, frames.encode(FrameType.TOKEN, f"intact {i}"),
+                                       sport=46000 + i, ipv6=ipv6)) for i in range(3)]
+    corrupted = [p[:-1] + bytes([p[-1] ^ 0x20]) for p in intact]  # "intact 0" -> "intact \x10"
+    before = xdp_counters(lab)
+    listening = Listening(lab, "--count", len(intact), "--timeout", 60)
+    traffic.send(lab, [p for pair in zip(corrupted, intact) for p in pair])
+    code, out, err = listening.finish()
+    assert code == 0, err
+    assert [json.loads(line)["payload"] for line in out.splitlines()] == \
+        [f"intact {i}" for i in range(3)]
+    d = counters.delta(xdp_counters(lab), before)
+    assert d["malformed.bad_checksum"] == d["malformed_dropped"] == 3 and d["redirected"] == 3
+
+
 def test_listen_shows_each_stream_as_text(attached):
     lab = attached
     packets = traffic.mixed_traffic(lab, streams=2)

@@ -38,7 +38,13 @@ def enable_peer_ipv6(lab: Lab) -> None:
 
 def udp_counters(lab: Lab, version: int) -> dict[str, int]:
     """/proc/net/snmp's Udp (or snmp6's Udp6) counters in the dut namespace."""
-    with lab.in_dut():
+    return udp_counters_in(lab.dut.netns, version)
+
+
+def udp_counters_in(netns: str, version: int) -> dict[str, int]:
+    """/proc/net/snmp's Udp (or snmp6's Udp6) counters in NETNS: InCsumErrors
+    is what the kernel dropped for a wrong checksum."""
+    with netns_mod.entered(netns):
         if version == 4:
             with open("/proc/thread-self/net/snmp") as f:
                 rows = [line.split() for line in f if line.startswith("Udp:")]

@@ -173,7 +173,7 @@ def token_mix(route, *, frames_per_datagram: int = 4, payload_sizes=(16,),
               sport: int = 40000, rewrite: bool = False) -> Mix:
     """Token datagrams from ROUTE's peer to its dut (a Lab, or anything with
     .peer and .dut endpoints), one template per payload size; MALFORMED of
-    them (a share, 0-1) cycle through the four malformed reasons, and OTHER
+    them (a share, 0-1) cycle through every malformed reason, and OTHER
     are UDP datagrams to a port that is not a token port. REWRITE: as Mix."""
     if not 1 <= frames_per_datagram <= frames.MAX_FRAMES:
         raise ZerolayerError(f"frames per datagram must be 1-{frames.MAX_FRAMES}")
@@ -184,18 +184,17 @@ def token_mix(route, *, frames_per_datagram: int = 4, payload_sizes=(16,),
         raise ZerolayerError(
             "the malformed and other shares must be >= 0 and leave room for tokens")
     tokens = 1 - malformed - other
-    # (UDP payload, destination port, share)
-    parts = [(token_payload(frames_per_datagram, s), port, tokens / len(sizes)) for s in sizes]
+    # (packet, share)
+    parts = [(traffic.udp_packet(route, token_payload(frames_per_datagram, s), sport=sport,
+                                 dport=port), tokens / len(sizes)) for s in sizes]
     if malformed:
-        bad = traffic.malformed_payloads().values()
-        parts += [(p, port, malformed / len(bad)) for p in bad]
+        bad = traffic.malformed_packets(route, sport=sport, dport=port)
+        parts += [(p, malformed / len(bad)) for p in bad]
     if other:
-        parts.append((b"not token traffic", 53 if port != 53 else 54, other))
-    weights = _apportion([share for _, _, share in parts], MIX_SLOTS)
-    return Mix.weighted([
-        (bytes(traffic.udp_packet(route, payload, sport=sport, dport=dport)), w)
-        for (payload, dport, _), w in zip(parts, weights)
-    ], rewrite)
+        parts.append((traffic.udp_packet(route, b"not token traffic", sport=sport,
+                                         dport=53 if port != 53 else 54), other))
+    weights = _apportion([share for _, share in parts], MIX_SLOTS)
+    return Mix.weighted([(bytes(packet), w) for (packet, _), w in zip(parts, weights)], rewrite)
 
 
 def _apportion(shares: list[float], slots: int) -> list[int]:

@@ -85,9 +85,28 @@ def malformed_payloads() -> dict[str, bytes]:
     }
 
 
+def corrupted(packet) -> Ether:
+    """PACKET as a faulty link delivers it: its last byte changed after the
+    UDP checksum was written (bad_checksum, when that byte is a frame's)."""
+    raw = bytearray(bytes(packet))
+    raw[-1] ^= 0x20
+    return Ether(bytes(raw))
+
+
+def malformed_packets(route, *, sport: int, dport: int = frames.DEFAULT_PORT) -> list:
+    """One malformed datagram from ROUTE's peer per reason, in the order of
+    counters.REASONS: the payloads of malformed_payloads(), then a valid one
+    with a wrong checksum. Source ports from SPORT up, one each."""
+    out = [udp_packet(route, p, sport=sport + i, dport=dport)
+           for i, p in enumerate(malformed_payloads().values())]
+    intact = udp_packet(route, frames.encode(FrameType.TOKEN, "ok"), sport=sport + len(out),
+                        dport=dport)
+    return out + [corrupted(intact)]
+
+
 def non_token_packets(lab: Lab) -> list:
     """One malformed datagram per reason, and traffic that is not ours."""
-    extras = [udp_packet(lab, p, sport=41000 + i) for i, p in enumerate(malformed_payloads().values())]
+    extras = malformed_packets(lab, sport=41000)
     return extras + [
         Ether(src=lab.peer.mac, dst=lab.dut.mac) / IP(src=lab.peer.ipv4, dst=lab.dut.ipv4) / ICMP(),
         udp_packet(lab, b"\x12\x34 not a token port", sport=5353, dport=53),

@@ -14,7 +14,7 @@ FRAME_LABELS = tuple(t.label for t in FRAME_TYPES)  # by type value: request..po
 # Why a datagram is malformed. The C numbers them from 1 in this order
 # (ZL_SHORT_HEADER = 1...: pyxdp.xdp.compiler.shared_defines) and counts
 # reason N at malformed[N - 1].
-REASONS = ("short_header", "truncated", "unknown_type", "too_many_frames")
+REASONS = ("short_header", "truncated", "unknown_type", "too_many_frames", "bad_checksum")
 # Not a reason: the direct parser's walk result for a datagram it passes
 # unjudged (docs/spec.md §1.7), counted at beyond_window. The C has it as
 # ZL_BEYOND_WINDOW, numbered after the reasons.

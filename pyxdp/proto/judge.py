@@ -1,7 +1,8 @@
 """The reference judge: docs/spec.md §1 to §3 in plain Python.
 
-judge_datagram() decides a UDP payload; classify_packet() and expected()
-model the whole XDP program (bpf/zl_parse.h, bpf/zl_frames.h, xdp_token.c):
+judge_datagram() decides a UDP payload, udp_checksum() its datagram's
+checksum; classify_packet() and expected() model the whole XDP program
+(bpf/zl_parse.h, bpf/zl_frames.h, bpf/zl_csum.h, xdp_token.c):
 which packets are ours, the verdict, and which counters move. The
 differential test holds the C program to this module on random and hostile
 input, so every rule here is stated once and on purpose.
@@ -18,7 +19,7 @@ XDP_DROP = 1
 XDP_PASS = 2
 XDP_REDIRECT = 4
 
-SHORT_HEADER, TRUNCATED, UNKNOWN_TYPE, TOO_MANY_FRAMES = counters.REASONS
+SHORT_HEADER, TRUNCATED, UNKNOWN_TYPE, TOO_MANY_FRAMES, BAD_CHECKSUM = counters.REASONS
 
 # The direct-read window: the furthest packet offset at which the XDP parser
 # reads a frame header with direct packet access (the verifier must bound a
@@ -99,12 +100,48 @@ IP_MF, IP_OFFSET = 0x2000, 0x1FFF  # in IPv4's frag_off
 OTHER, FRAGMENT, UDP = "other", "fragment", "udp"
 
 
+# What a UDP checksum field holds (docs/spec.md §1.8).
+CSUM_NONE, CSUM_FULL, CSUM_PARTIAL, CSUM_BAD = "none", "full", "partial", "bad"
+# A datagram must end this far into the packet at most to be checked: the
+# verifier's reach (64 KiB) less the last reads' (bpf/zl_csum.h).
+CSUM_REACH = 0xFFFF - 3
+
+
+def ones_sum(data: bytes) -> int:
+    """RFC 1071: the one's-complement sum of DATA's 16-bit big-endian words
+    (an odd last byte padded with zero), folded to 16 bits."""
+    if len(data) % 2:
+        data += b"\x00"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def udp_checksum(pkt: bytes, l3: int, l4: int, version: int) -> str:
+    """How the datagram at L4 (its IP header at L3) is checksummed: none
+    (IPv4's zero), full (correct), partial (the field holds only the folded
+    pseudo-header sum: a locally sent datagram whose checksum a device was
+    to finish), or bad."""
+    (ulen, check) = struct.unpack_from("!HH", pkt, l4 + 4)
+    if check == 0:
+        return CSUM_NONE if version == 4 else CSUM_BAD
+    if l4 + ulen > CSUM_REACH:
+        return CSUM_BAD
+    addresses = pkt[l3 + 12:l3 + 20] if version == 4 else pkt[l3 + 8:l3 + 40]
+    pseudo = addresses + struct.pack("!HH", IPPROTO_UDP, ulen)
+    if ones_sum(pseudo + pkt[l4:l4 + ulen]) == 0xFFFF:
+        return CSUM_FULL
+    return CSUM_PARTIAL if check == ones_sum(pseudo) else CSUM_BAD
+
+
 @dataclass(frozen=True)
 class Classified:
     kind: str  # OTHER, FRAGMENT or UDP
     dport: int = 0
     payload: bytes = b""
     payload_off: int = 0  # where PAYLOAD starts in the packet
+    checksum: str = CSUM_NONE  # for UDP
 
 
 def classify_packet(pkt: bytes) -> Classified:
@@ -132,6 +169,7 @@ def classify_packet(pkt: bytes) -> Classified:
         if pkt[off + 9] != IPPROTO_UDP:
             return Classified(OTHER)
         l4 = off + (ver_ihl & 0xF) * 4
+        version = 4
     elif proto == ETH_P_IPV6:
         if len(pkt) < off + 40 or pkt[off] >> 4 != 6:
             return Classified(OTHER)
@@ -140,6 +178,7 @@ def classify_packet(pkt: bytes) -> Classified:
         if pkt[off + 6] != IPPROTO_UDP:
             return Classified(OTHER)
         l4 = off + 40
+        version = 6
     else:
         return Classified(OTHER)
     if len(pkt) < l4 + 8:
@@ -148,7 +187,8 @@ def classify_packet(pkt: bytes) -> Classified:
     # A UDP length the packet does not back up is left to the kernel to drop.
     if ulen < 8 or l4 + ulen > len(pkt):
         return Classified(OTHER)
-    return Classified(UDP, dport, pkt[l4 + 8:l4 + ulen], l4 + 8)
+    return Classified(UDP, dport, pkt[l4 + 8:l4 + ulen], l4 + 8,
+                      udp_checksum(pkt, off, l4, version))
 
 
 @dataclass(frozen=True)
@@ -181,6 +221,9 @@ def expected(
         delta[counters.BEYOND_WINDOW] = 1
         return Expected(XDP_PASS, delta)
     verdict = judge_datagram(seen.payload, max_frames)
+    # Only a datagram whose frames are all valid has its checksum checked.
+    if verdict.valid and seen.checksum == CSUM_BAD:
+        verdict = Judgement(BAD_CHECKSUM)
     if not verdict.valid:
         delta[f"malformed.{verdict.reason}"] = 1
         if on_malformed == "pass":
