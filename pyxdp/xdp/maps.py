@@ -9,6 +9,7 @@ not misread.
 """
 
 import os
+import re
 import struct
 from dataclasses import dataclass
 
@@ -53,6 +54,7 @@ FLOW = Layout(
 )
 GAP_HIST = Layout("zl_gap_hist", ("sum_ns", "Q"), ("buckets", f"{GAP_BUCKETS}Q"))
 KEY = struct.Struct("=I")  # the array maps' key
+_IN_SET = re.compile(b"[^\0]")  # a port set's slot holding a port
 
 
 @dataclass(frozen=True)
@@ -202,10 +204,9 @@ class ZerolayerMaps:
     def _half(self, half: int) -> set[int]:
         """The ports set in HALF of `ports`."""
         m = self["ports"]
+        slots = bpfsys.array_values(m.fd, 1, m.info.max_entries)
         base = half * PORT_SLOTS
-        pairs = bpfsys.map_lookup_batch(m.fd, 4, 1, m.info.max_entries)
-        return {slot - base for slot, v in ((KEY.unpack(k)[0], v) for k, v in pairs)
-                if v != b"\0" and base <= slot < base + PORT_SLOTS}
+        return {m.start() - base for m in _IN_SET.finditer(slots, base, base + PORT_SLOTS)}
 
     def ports(self) -> list[int]:
         """The set in effect: the half the config names, read again if a
