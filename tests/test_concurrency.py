@@ -221,3 +221,24 @@ def test_a_command_that_cannot_get_the_lock_changes_nothing(cli, lab):
     row = status_row(lab)
     assert row["ports"] == [STEADY] and row["program_id"] == program_id
     assert cli("detach", lab.dut.ifname, "--netns", lab.dut.netns).returncode == 0
+
+
+def test_a_slowed_config_never_shows_a_partial_or_empty_set(cli, lab):
+    """The writer slowed down by strace to 20 ms per bpf(2) call, so a set
+    written in place would be caught half-written: programs and readers
+    must still see only the old set or the new one, whole."""
+    old, new = port_set(0), port_set(1)
+    cli("attach", lab.dut.ifname, "--netns", lab.dut.netns, *ports_flag(0), check=True)
+    with Probe(lab, [old, new]) as probe:
+        proc = subprocess.run(
+            ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=bpf",
+             "-e", "inject=bpf:delay_exit=20000", ZEROLAYER, "config", lab.dut.ifname,
+             "--netns", lab.dut.netns, *ports_flag(1), "--json"],
+            capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ports"] == new
+    assert probe.runs > 0 and probe.passed == 0, f"{probe.passed} of {probe.runs} probes saw " \
+        "a set without the steady port"
+    assert not probe.foreign_sets, f"read a set no command asked for: {probe.foreign_sets[0]}"
+    assert status_row(lab)["ports"] == new
+    assert cli("detach", lab.dut.ifname, "--netns", lab.dut.netns).returncode == 0

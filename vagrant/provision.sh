@@ -35,7 +35,7 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # `zerolayer top` in a pane.
 # socat, haproxy: peers of the relay bench. gcc: the bench compiles its splice
 # relay and its delivery C consumer.
-PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc)
+PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc strace)
 # The C consumer's headers and libraries. Best effort: where libbpf1 came
 # from bookworm-backports (with its kernel), bookworm's libbpf-dev cannot be
 # installed beside it, and the bench then skips the consumer with a note.
