@@ -34,7 +34,8 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # libxdp1: pyxdp.xsk calls its AF_XDP ring functions. tmux: the tests drive
 # `zerolayer top` in a pane.
 # socat, haproxy: peers of the relay bench. gcc: the bench compiles its splice
-# relay and its delivery C consumer.
+# relay and its delivery C consumer. strace: the concurrency test slows a
+# writer of the port set with it (tests/test_concurrency.py).
 PACKAGES=(python3-bpfcc python3-venv libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc strace)
 # The C consumer's headers and libraries. Best effort: where libbpf1 came
 # from bookworm-backports (with its kernel), bookworm's libbpf-dev cannot be
