@@ -16,6 +16,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shutil
 import time
 
 from pyxdp.errors import ZerolayerError
@@ -26,8 +27,13 @@ DEFAULT_WAIT_S = 30.0  # longer than a first attach's compile on a busy host
 _POLL_S = 0.02
 
 
+def _beside(pin_path: str) -> str:
+    """The path under ROOT that PIN_PATH has under the pin root."""
+    return os.path.join(ROOT, os.path.relpath(pin_path, pins.ROOT))
+
+
 def path(ifname: str, netns: str | None) -> str:
-    return os.path.join(ROOT, os.path.relpath(pins.pin_dir(ifname, netns), pins.ROOT))
+    return _beside(pins.pin_dir(ifname, netns))
 
 
 def _holder(fd: int) -> str:
@@ -65,3 +71,19 @@ def held(ifname: str, netns: str | None, wait_s: float = DEFAULT_WAIT_S):
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def locked_netns() -> list[str]:
+    """Namespaces with lock files."""
+    try:
+        names = os.listdir(ROOT)
+    except FileNotFoundError:
+        return []
+    return sorted(n[len(pins.NETNS_PREFIX):] for n in names if n.startswith(pins.NETNS_PREFIX))
+
+
+def remove_netns(netns: str) -> None:
+    """Drop the lock files of a namespace that is gone, when no command can
+    still be using them (a test lab's, after its teardown)."""
+    if netns:  # never the whole tree
+        shutil.rmtree(_beside(pins.netns_dir(netns)), ignore_errors=True)
