@@ -173,9 +173,9 @@ def _attach_locked(ifname: str, mode: str, ports, on_malformed: str | None,
             if fresh:
                 egress_names = _configure(maps, True, ports, on_malformed, flows, forward, netns)
             note = _attach(ifname, ins, loaded.prog_fd, modes, expected_fd)
+            _pin_program(loaded.prog_fd, ins.pin_dir)
             if not fresh:
                 egress_names = _configure(maps, False, ports, on_malformed, flows, forward, netns)
-            _pin_program(loaded.prog_fd, ins.pin_dir)
             final_ports, final_policy = maps.ports(), maps.on_malformed()
             final_flows, final_forward = maps.flows_enabled(), maps.forward_enabled()
     except BaseException:
