@@ -35,8 +35,10 @@ WAIT = "300"  # --wait: eight compiles in a row on a busy 2-CPU host still fit
 
 
 def port_set(n: int) -> list[int]:
-    """Set N: the steady port and 30 of its own (31 ports, as in issue 21)."""
-    return sorted({STEADY, *range(20000 + 100 * n, 20000 + 100 * n + 30)})
+    """Set N: the steady port and 30 of its own (31 ports, as in issue 21);
+    400 distinct sets, so every port stays below 65536 in any round."""
+    base = 20000 + 100 * (n % 400)
+    return sorted({STEADY, *range(base, base + 30)})
 
 
 def start(lab, *args) -> subprocess.Popen:
