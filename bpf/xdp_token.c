@@ -71,6 +71,24 @@ static __always_inline void zl_track_flow(struct xdp_md *ctx, const struct zl_wa
 	zl_flow_update(f, zl_gaps.lookup(&zero), &w, now);
 }
 
+/* Whether datagrams to PORT carry frames, in the half of zl_ports the
+ * config names (zl_maps.h). Here, not in the header: bcc rewrites map
+ * calls in the main file only. */
+static __always_inline int zl_is_token_port(__u32 port)
+{
+	__u32 zero = 0, slot = port;
+	struct zl_config *cfg;
+	__u8 *in_set;
+
+	cfg = zl_config.lookup(&zero);
+	if (!cfg)
+		return 0;
+	if (cfg->flags & ZL_CONFIG_PORTS_HALF)
+		slot += ZL_PORT_SLOTS;
+	in_set = zl_ports.lookup(&slot);
+	return in_set && *in_set;
+}
+
 /* What the packet is: ZL_L4_OTHER, ZL_L4_FRAGMENT, or ZL_L4_UDP for a
  * datagram to a token port, walked into *W. A datagram whose frames are
  * valid has its UDP checksum checked too: wrong, it is malformed
@@ -81,16 +99,12 @@ static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w, __
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct zl_udp udp;
-	__u8 *is_token_port;
-	__u32 port;
 	int kind;
 
 	kind = zl_parse_udp(data, data_end, &udp);
 	if (kind != ZL_L4_UDP)
 		return kind;
-	port = udp.dport;
-	is_token_port = zl_ports.lookup(&port);
-	if (!is_token_port || !*is_token_port)
+	if (!zl_is_token_port(udp.dport))
 		return ZL_L4_OTHER;
 	zl_walk_frames(ctx, data, data_end, udp.payload_off, udp.payload_end, w);
 	if (w->reason == ZL_VALID) {

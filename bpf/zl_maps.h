@@ -5,14 +5,15 @@
  *
  * Their sizes come from the loader (pyxdp/xdp/maps.py, through
  * pyxdp.xdp.compiler.shared_defines): ZL_PORT_SLOTS, ZL_XSKS_MAX,
- * ZL_FLOWS_MAX. */
+ * ZL_FLOWS_MAX; so does the config bit that picks the port set's half. */
 #ifndef ZL_MAPS_H
 #define ZL_MAPS_H
 
 #include "zl_structs.h"
 
-#if !defined(ZL_PORT_SLOTS) || !defined(ZL_XSKS_MAX) || !defined(ZL_FLOWS_MAX)
-#error "the map sizes are defined by the loader (docs/spec.md section 7.2)"
+#if !defined(ZL_PORT_SLOTS) || !defined(ZL_XSKS_MAX) || !defined(ZL_FLOWS_MAX) || \
+	!defined(ZL_CONFIG_PORTS_HALF)
+#error "the map sizes and ZL_CONFIG_PORTS_HALF are defined by the loader (docs/spec.md section 7.2)"
 #endif
 
 #ifdef ZL_PIN_DIR
@@ -31,10 +32,15 @@ ZL_MAP("percpu_array", __u32, struct zl_counters, zl_counters, 1, "counters");
 /* Run-time configuration, one element. */
 ZL_MAP("array", __u32, struct zl_config, zl_config, 1, "config");
 
-/* Token ports: non-zero at index P when UDP destination port P carries
- * frames, one slot per port. An array, not a hash: its lookup is inlined by
- * the verifier. */
-ZL_MAP("array", __u32, __u8, zl_ports, ZL_PORT_SLOTS, "ports");
+/* Token ports, in two halves of ZL_PORT_SLOTS slots: non-zero at index
+ * H * ZL_PORT_SLOTS + P when UDP destination port P carries frames in half
+ * H. The bit ZL_CONFIG_PORTS_HALF of zl_config.flags names the half in
+ * effect. Userspace rewrites only the other half, then flips the bit with
+ * one map write, so a datagram sees one whole set, never an empty or a
+ * mixed one (docs/spec.md section 1.6). The slot's address depends on the
+ * bit read, so even a weakly ordered CPU cannot read the slot first. An
+ * array, not a hash: its lookup is inlined by the verifier. */
+ZL_MAP("array", __u32, __u8, zl_ports, 2 * ZL_PORT_SLOTS, "ports");
 
 /* AF_XDP sockets keyed by rx queue index, for queues below ZL_XSKS_MAX. */
 ZL_XSKMAP(zl_xsks, ZL_XSKS_MAX, "xsks");

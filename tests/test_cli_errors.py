@@ -2,6 +2,7 @@
 traceback. Each condition is real: an unprivileged user, a mount namespace
 without headers or without bpffs, a verifier that says no."""
 
+import json
 import os
 import re
 import shutil
@@ -99,3 +100,59 @@ def test_compile_error(cli, lab, tmp_path):
 def test_inside_ip_netns_exec_points_to_netns_option(lab):
     proc = run_as([ZEROLAYER, "status"], ["ip", "netns", "exec", lab.dut.netns])
     assert "--netns" in one_line_error(proc)
+
+
+def test_read_only_bpffs_changes_nothing(lab, tmp_path):
+    """A bpffs of its own, in a private mount namespace, attached to and
+    then remounted read-only: attach and detach refuse in one line, and
+    detach leaves the program and every pin in place."""
+    z = f"{ZEROLAYER} {{}} {lab.dut.ifname} --netns {lab.dut.netns}"
+    pin_dir = pins.pin_dir(lab.dut.ifname, lab.dut.netns)
+    script = " && ".join([
+        "mount -t bpf bpf /sys/fs/bpf",
+        f"{z.format('attach')} >/dev/null",
+        "mount -o remount,ro /sys/fs/bpf",
+        f"{{ {z.format('detach')} 2>{tmp_path}/detach.err; echo $? >{tmp_path}/detach.rc; }}",
+        f"{{ {z.format('attach')} 2>{tmp_path}/attach.err; echo $? >{tmp_path}/attach.rc; }}",
+        f"ls {pin_dir} >{tmp_path}/pins",
+        f"ip -n {lab.dut.netns} -j link show {lab.dut.ifname} >{tmp_path}/link.json",
+        "mount -o remount,rw /sys/fs/bpf",
+        f"{z.format('detach')} >/dev/null",
+    ])
+    proc = _in_private_mounts(script, lab)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("detach", "attach"):
+        err = (tmp_path / f"{command}.err").read_text()
+        assert (tmp_path / f"{command}.rc").read_text().strip() == "1", err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert "read-only" in err and "remount,rw" in err and "nothing was changed" in err
+    assert sorted((tmp_path / "pins").read_text().split()) == sorted([pins.PROG, *pins.MAPS])
+    link = json.loads((tmp_path / "link.json").read_text())[0]
+    assert link.get("xdp", {}).get("prog", {}).get("name") == "zerolayer_xdp", link
+
+
+def test_netns_without_cap_sys_admin_says_so(cli, lab):
+    """Exactly the capabilities the root message names (CAP_BPF,
+    CAP_NET_ADMIN): entering a namespace needs CAP_SYS_ADMIN too."""
+    cli("attach", lab.dut.ifname, "--netns", lab.dut.netns, check=True)
+    try:
+        caps = "+bpf,+net_admin"
+        proc = run_as([ZEROLAYER, "stats", lab.dut.ifname, "--netns", lab.dut.netns],
+                      ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                       f"--inh-caps={caps}", f"--ambient-caps={caps}"])
+        line = one_line_error(proc)
+        assert "CAP_SYS_ADMIN" in line and lab.dut.netns in line
+    finally:
+        cli("detach", lab.dut.ifname, "--netns", lab.dut.netns, check=True)
+
+
+@pytest.mark.parametrize("args", [["emit", "lo", "--to", "198.18.0.1"],
+                                  ["emit", "lo", "--to", "fd00::1:9977"],
+                                  ["send", "localhost:9977"],
+                                  ["serve", "--listen", "198.18.0.1:99999"],
+                                  ["relay", "--listen", "127.0.0.1:0", "--upstream", "nowhere"]])
+def test_bad_addr_port_is_a_usage_error(cli, args):
+    proc = cli(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "ADDR:PORT" in proc.stderr or "address" in proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr

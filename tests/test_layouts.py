@@ -154,7 +154,7 @@ def test_scalar_keys_and_values(programs):
 
 def test_map_sizes_are_the_python_values(programs):
     token, gen = programs["token"], programs["generator"]
-    assert token[b"zl_ports"].max_entries == maps.PORT_SLOTS
+    assert token[b"zl_ports"].max_entries == 2 * maps.PORT_SLOTS  # two halves
     assert token[b"zl_xsks"].max_entries == maps.XSKS_MAX
     assert token[b"zl_flows"].max_entries == maps.FLOWS_MAX
     assert gen[b"zl_gen_templates"].max_entries == generator.MAX_TEMPLATES

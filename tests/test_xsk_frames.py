@@ -10,7 +10,7 @@ import pytest
 
 from packets import flip_payload_byte, random_token_packet, random_token_payload
 from pyxdp.lab import traffic
-from pyxdp.lab.generator import LiveGenerator, Mix
+from pyxdp.lab.generator import Mix
 from pyxdp.proto import counters, datagram, frames, judge
 from pyxdp.xdp import stats
 from pyxdp.xsk.socket import XskSocket

@@ -4,7 +4,7 @@ import re
 
 import click
 
-from pyxdp.cli.options import json_option, netns_option
+from pyxdp.cli.options import ENDPOINT, json_option, netns_option
 from pyxdp.cli.render import emit_json
 
 MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
@@ -18,7 +18,7 @@ def _mac(ctx, param, value: str | None) -> str | None:
 
 @click.command()
 @click.argument("iface")
-@click.option("--to", "to", required=True, metavar="ADDR:PORT",
+@click.option("--to", "to", required=True, type=ENDPOINT, metavar="ADDR:PORT",
               help="Destination, numeric (IPv6 as [ADDR]:PORT). It must be routed out of IFACE.")
 @click.option("--count", type=click.IntRange(1), default=None, metavar="N",
               help="Send N datagrams (default: until Ctrl-C).")

@@ -26,3 +26,37 @@ forward_option = click.option(
          "the egress devmap); off by default. Needs forwarding on in the kernel "
          "(net.ipv4.conf.IFACE.forwarding).",
 )
+
+
+def wait_option():
+    from pyxdp.xdp.iface_lock import DEFAULT_WAIT_S
+
+    return click.option(
+        "--wait", "wait_s", type=click.FloatRange(0), default=DEFAULT_WAIT_S, show_default=True,
+        metavar="SECONDS",
+        help="How long to wait while another zerolayer command changes IFACE (0: fail at "
+             "once). A command that gives up has changed nothing.")
+
+
+class EndpointParam(click.ParamType):
+    """ADDR:PORT, checked while parsing, so a bad one is a usage error
+    (exit 2) like any other; the command gets the text."""
+
+    name = "ADDR:PORT"
+
+    def __init__(self, any_port: bool = False):
+        self.any_port = any_port  # port 0 too: a socket to bind, the kernel picks
+
+    def convert(self, value, param, ctx):
+        from pyxdp.errors import ZerolayerError
+        from pyxdp.kernel.routes import parse_endpoint
+
+        try:
+            parse_endpoint(value, any_port=self.any_port)
+        except ZerolayerError as exc:
+            self.fail(str(exc), param, ctx)
+        return value
+
+
+ENDPOINT = EndpointParam()
+BIND_ENDPOINT = EndpointParam(any_port=True)

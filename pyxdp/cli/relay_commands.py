@@ -5,7 +5,7 @@ import time
 
 import click
 
-from pyxdp.cli.options import SOCKETS_NETNS, json_option, netns_option
+from pyxdp.cli.options import BIND_ENDPOINT, SOCKETS_NETNS, json_option, netns_option
 from pyxdp.cli.render import counters_table, emit_json, table
 from pyxdp.human import number
 from pyxdp.kernel.signals import stop_on_signals
@@ -27,9 +27,9 @@ def _interval_line(stats: dict, before: dict | None, elapsed: float) -> str:
 
 
 @click.command()
-@click.option("--listen", "listen_addr", required=True, metavar="ADDR:PORT",
+@click.option("--listen", "listen_addr", required=True, type=BIND_ENDPOINT, metavar="ADDR:PORT",
               help="Where clients connect (IPv6 as [ADDR]:PORT; port 0 picks one).")
-@click.option("--upstream", required=True, metavar="ADDR:PORT",
+@click.option("--upstream", required=True, type=BIND_ENDPOINT, metavar="ADDR:PORT",
               help="The token server each client gets its own connection to.")
 @click.option("--engine", type=click.Choice(["sockmap", "asyncio"]), default="sockmap",
               show_default=True,
@@ -108,7 +108,7 @@ def relay(listen_addr, upstream, engine, max_length, max_pairs, drain_timeout, m
 
 
 @click.command()
-@click.option("--listen", "listen_addr", required=True, metavar="ADDR:PORT",
+@click.option("--listen", "listen_addr", required=True, type=BIND_ENDPOINT, metavar="ADDR:PORT",
               help="Where to serve (port 0 picks one).")
 @click.option("--token-delay", type=click.FloatRange(0), default=0.0, show_default=True,
               metavar="MS", help="Pause between tokens, as a model would.")
@@ -138,7 +138,7 @@ def serve(listen_addr, token_delay, as_json, netns):
 
 
 @click.command()
-@click.argument("address", metavar="ADDR:PORT")
+@click.argument("address", type=BIND_ENDPOINT, metavar="ADDR:PORT")
 @click.option("--prompt", default="hello from zerolayer", show_default=True,
               help="The REQUEST's prompt.")
 @click.option("--max-tokens", type=click.IntRange(0), default=None, metavar="N",

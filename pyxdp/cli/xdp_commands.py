@@ -2,7 +2,7 @@
 
 import click
 
-from pyxdp.cli.options import flows_option, forward_option, json_option, netns_option
+from pyxdp.cli.options import flows_option, forward_option, json_option, netns_option, wait_option
 from pyxdp.cli.render import counters_table, emit_json, table
 from pyxdp.human import number
 
@@ -22,9 +22,10 @@ def _on(value: str | None) -> bool | None:
 @flows_option
 @forward_option
 @click.option("--replace", is_flag=True, help="Replace an XDP program another tool attached.")
+@wait_option()
 @netns_option()
 @json_option()
-def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_json):
+def attach(iface, mode, ports, on_malformed, flows, forward, replace, wait_s, netns, as_json):
     """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
     from pyxdp.cli.netns_hints import pointing_to_netns
     from pyxdp.xdp import loader, parsers
@@ -32,7 +33,8 @@ def attach(iface, mode, ports, on_malformed, flows, forward, replace, netns, as_
     with pointing_to_netns(iface, netns):
         result = loader.attach(iface, mode=mode, ports=list(ports) or None,
                                on_malformed=on_malformed, flows=_on(flows),
-                               forward=_on(forward), replace=replace, netns=netns)
+                               forward=_on(forward), replace=replace, netns=netns,
+                               wait_s=wait_s)
     if as_json:
         emit_json(result.to_json())
         return
@@ -53,13 +55,14 @@ def _forwarding(on: bool, egress: list[str]) -> str:
 
 @click.command()
 @click.argument("iface")
+@wait_option()
 @netns_option()
 @json_option()
-def detach(iface, netns, as_json):
+def detach(iface, wait_s, netns, as_json):
     """Remove zerolayer's program from IFACE and unpin its maps."""
     from pyxdp.xdp import loader
 
-    result = loader.detach(iface, netns=netns)
+    result = loader.detach(iface, netns=netns, wait_s=wait_s)
     if as_json:
         emit_json(result.to_json())
         return
@@ -200,14 +203,16 @@ def _print_flows(iface, netns, top, window, as_json) -> None:
 @click.option("--on-malformed", type=click.Choice(["drop", "pass"]), default=None)
 @flows_option
 @forward_option
+@wait_option()
 @netns_option()
 @json_option()
-def config(iface, ports, on_malformed, flows, forward, netns, as_json):
+def config(iface, ports, on_malformed, flows, forward, wait_s, netns, as_json):
     """Show or change the running configuration of IFACE, without reloading."""
     from pyxdp.xdp import live_config
 
     cfg = live_config.update(iface, netns, ports=list(ports) or None,
-                             on_malformed=on_malformed, flows=_on(flows), forward=_on(forward))
+                             on_malformed=on_malformed, flows=_on(flows), forward=_on(forward),
+                             wait_s=wait_s)
     if as_json:
         emit_json(cfg)
         return

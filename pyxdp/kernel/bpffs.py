@@ -27,6 +27,17 @@ def require_bpffs() -> None:
     )
 
 
+def require_writable(action: str) -> None:
+    """Raise unless bpffs can take new pins and lose old ones. Checked before
+    a command changes anything, so that a read-only bpffs stops it whole
+    rather than halfway (a program detached, its pins left)."""
+    if os.statvfs(BPFFS).f_flag & os.ST_RDONLY:
+        raise ZerolayerError(
+            f"{action}: bpffs on {BPFFS} is mounted read-only, so nothing was changed: "
+            f"remount it read-write (`mount -o remount,rw {BPFFS}`)"
+        )
+
+
 def _in_other_netns() -> bool:
     """True inside a network namespace other than the initial one (pid 2,
     kthreadd, always lives in the initial one)."""

@@ -238,6 +238,21 @@ def map_lookup_batch(fd: int, key_size: int, value_size: int, max_entries: int):
         first = False
 
 
+def array_values(fd: int, value_size: int, max_entries: int) -> bytes:
+    """Every value of an array map, in index order, as one buffer: one
+    syscall, and no per-element objects (the port set has 131,072)."""
+    keys = ctypes.create_string_buffer(4 * max_entries)
+    values = ctypes.create_string_buffer(value_size * max_entries)
+    cursor = ctypes.create_string_buffer(8)
+    attr = _attr("=QQQQIIQQ", 0, _addr(cursor), _addr(keys), _addr(values), max_entries, fd, 0, 0)
+    with contextlib.suppress(FileNotFoundError):  # the end reached: all copied
+        bpf(BPF_MAP_LOOKUP_BATCH, attr)
+    count = struct.unpack_from("=I", attr, 32)[0]
+    if count != max_entries:
+        raise OSError(errno.EIO, f"batch lookup copied {count} of {max_entries} elements")
+    return values.raw
+
+
 # --- BPF_PROG_TEST_RUN --------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -47,7 +47,13 @@ def entered(name: str | None):
         ) from None
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        _setns(target)
+        try:
+            _setns(target)
+        except PermissionError:
+            raise ZerolayerError(
+                f"entering network namespace {name!r} (--netns) needs CAP_SYS_ADMIN too, "
+                "besides CAP_BPF and CAP_NET_ADMIN: run it with sudo"
+            ) from None
         try:
             yield
         finally:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from pyxdp.kernel import netns
-from pyxdp.xdp import pins
+from pyxdp.xdp import iface_lock, pins
 
 PREFIX = "zl-"
 _NAME = re.compile(r"^zl-(\d+)-[0-9a-f]{6}-[a-z0-9]+$")
@@ -145,6 +145,7 @@ class Lab(NamespaceLab):
         for end in (self.peer, self.dut):
             netns.remove(end.netns)
         pins.remove_netns_tree(self.dut.netns)
+        iface_lock.remove_netns(self.dut.netns)
 
     @contextlib.contextmanager
     def in_peer(self):
@@ -158,15 +159,17 @@ class Lab(NamespaceLab):
 
 
 def sweep_stale() -> list[str]:
-    """Remove lab namespaces (and their pins) whose creating process is gone."""
+    """Remove lab namespaces (and their pins and locks) whose creating process
+    is gone."""
     removed = []
     names = set(os.listdir(netns.NETNS_RUN_DIR)) if os.path.isdir(netns.NETNS_RUN_DIR) else set()
-    names |= set(pins.pinned_netns())
+    names |= set(pins.pinned_netns()) | set(iface_lock.locked_netns())
     for name in sorted(names):
         m = _NAME.match(name)
         if not m or os.path.exists(f"/proc/{m.group(1)}"):
             continue
         netns.remove(name)
         pins.remove_netns_tree(name)
+        iface_lock.remove_netns(name)
         removed.append(name)
     return removed

@@ -66,6 +66,7 @@ def shared_defines() -> dict[str, int]:
     d.update({f"ZL_MALFORMED_{p.upper()}": n for n, p in enumerate(token_maps.POLICIES)})
     d["ZL_CONFIG_FLOWS"] = token_maps.CONFIG_FLOWS
     d["ZL_CONFIG_FORWARD"] = token_maps.CONFIG_FORWARD
+    d["ZL_CONFIG_PORTS_HALF"] = token_maps.CONFIG_PORTS_HALF
     d["ZL_GAP_BUCKETS"] = token_maps.GAP_BUCKETS
     # map sizes
     d["ZL_PORT_SLOTS"] = token_maps.PORT_SLOTS

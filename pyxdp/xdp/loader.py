@@ -1,9 +1,11 @@
 """attach and detach: compile, load, configure, attach atomically, pin.
 
-The order matters. The configuration is written into the maps before the
-program is attached, so it never sees an empty port set. An upgrade reuses
-the pinned maps (counters, configuration, AF_XDP registrations carry over)
-and swaps programs with one netlink call that names the program it replaces.
+The order matters. Each command holds the interface's lock throughout
+(iface_lock.py). On a first attach the configuration is written into the
+maps before the program is attached, so it never sees an empty port set. An
+upgrade reuses the pinned maps (counters, configuration, AF_XDP
+registrations carry over), swaps programs with one netlink call that names
+the program it replaces, and only then writes what was given.
 """
 
 import errno
@@ -11,10 +13,10 @@ import os
 from dataclasses import asdict, dataclass
 
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import bpfsys
+from pyxdp.kernel import bpffs, bpfsys
 from pyxdp.kernel.privileges import preflight
 from pyxdp.proto import frames
-from pyxdp.xdp import compiler, egress, netlink, ownership, parsers, pins
+from pyxdp.xdp import compiler, egress, iface_lock, netlink, ownership, parsers, pins
 from pyxdp.xdp.maps import POLICIES, ZerolayerMaps, check_ports
 
 MODES = ("auto", "native", "skb")
@@ -107,12 +109,13 @@ def _pin_program(prog_fd: int, pin_dir: str) -> None:
 
 def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | None = None,
            flows: bool | None = None, forward: bool | None = None, replace: bool = False,
-           netns: str | None = None) -> AttachResult:
+           netns: str | None = None, wait_s: float = iface_lock.DEFAULT_WAIT_S) -> AttachResult:
     """Attach zerolayer to IFNAME, or upgrade it in place if it runs there.
 
     PORTS, ON_MALFORMED, FLOWS and FORWARD default to 9977, drop, off and
     off on a first attach; on an upgrade, options not given keep their
-    current values. The egress map is filled anew either way."""
+    current values. The egress map is filled anew either way. The whole
+    command holds IFNAME's lock, waiting up to WAIT_S seconds for it."""
     preflight("zerolayer attach")
     if mode not in MODES:
         raise ZerolayerError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
@@ -121,7 +124,30 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
     if ports is not None:
         ports = sorted(set(ports))
         check_ports(ports)
+    with iface_lock.held(ifname, netns, wait_s):
+        bpffs.require_writable("zerolayer attach")
+        return _attach_locked(ifname, mode, ports, on_malformed, flows, forward, replace, netns)
 
+
+def _configure(maps: ZerolayerMaps, fresh: bool, ports, on_malformed: str | None,
+               flows: bool | None, forward: bool | None, netns: str | None) -> list[str]:
+    """Write what was given (everything, on a fresh attach); return the
+    egress interfaces, filled anew."""
+    if fresh or on_malformed is not None:
+        maps.set_on_malformed(on_malformed or "drop")
+    if fresh or ports is not None:
+        maps.set_ports(ports or [frames.DEFAULT_PORT])
+    if fresh or flows is not None:
+        maps.set_flows_enabled(bool(flows))
+    egress_names = egress.fill(maps["egress"].fd, netns)
+    if fresh or forward is not None:
+        maps.set_forward_enabled(bool(forward))
+    return egress_names
+
+
+def _attach_locked(ifname: str, mode: str, ports, on_malformed: str | None,
+                   flows: bool | None, forward: bool | None, replace: bool,
+                   netns: str | None) -> AttachResult:
     ins = ownership.inspect(ifname, netns)
     if ins.owner == ownership.FOREIGN and not replace:
         prog = ins.program
@@ -130,9 +156,9 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
             f"{ifname} already runs XDP program '{prog.name}' (id {prog.id}, {ins.state.mode} mode) "
             "that zerolayer did not load: remove it with its own tool, or pass --replace"
         )
+    modes = _modes_to_try(ifname, mode, ins.state.mode if ins.owner else None)
     if ins.stale_pins:
         pins.remove_dir(ins.pin_dir)  # left by a program no longer attached
-    modes = _modes_to_try(ifname, mode, ins.state.mode if ins.owner else None)
     action = {None: "attached", ownership.ZEROLAYER: "upgraded"}.get(ins.owner, "replaced")
     fresh = not ins.ours
 
@@ -142,22 +168,20 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
     try:
         loaded = compiler.load_token(ins.pin_dir)
         with ZerolayerMaps.from_fds(loaded.map_fds) as maps:
-            if fresh or on_malformed is not None:
-                maps.set_on_malformed(on_malformed or "drop")
-            if fresh or ports is not None:
-                maps.set_ports(ports or [frames.DEFAULT_PORT])
-            if fresh or flows is not None:
-                maps.set_flows_enabled(bool(flows))
-            egress_names = egress.fill(maps["egress"].fd, netns)
-            if fresh or forward is not None:
-                maps.set_forward_enabled(bool(forward))
+            # Fresh maps are filled before the program is attached, so it never
+            # sees an empty set; an upgrade's new values are written once the
+            # swap has succeeded, so a failed one changes nothing.
+            if fresh:
+                egress_names = _configure(maps, True, ports, on_malformed, flows, forward, netns)
             note = _attach(ifname, ins, loaded.prog_fd, modes, expected_fd)
             _pin_program(loaded.prog_fd, ins.pin_dir)
+            if not fresh:
+                egress_names = _configure(maps, False, ports, on_malformed, flows, forward, netns)
             final_ports, final_policy = maps.ports(), maps.on_malformed()
             final_flows, final_forward = maps.flows_enabled(), maps.forward_enabled()
     except BaseException:
         if fresh:
-            pins.remove_dir(ins.pin_dir)
+            pins.remove_dir(ins.pin_dir)  # ours alone: made under the lock
         raise
     finally:
         if expected_fd is not None:
@@ -178,11 +202,19 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
     )
 
 
-def detach(ifname: str, netns: str | None = None) -> DetachResult:
+def detach(ifname: str, netns: str | None = None,
+           wait_s: float = iface_lock.DEFAULT_WAIT_S) -> DetachResult:
     """Remove zerolayer's program from IFNAME and its pins. Another tool's
-    program is never touched."""
+    program is never touched. Nothing is removed unless all of it can be:
+    the lock is held and bpffs is writable before anything changes."""
     preflight("zerolayer detach")
     pin_dir = pins.pin_dir(ifname, netns)
+    with iface_lock.held(ifname, netns, wait_s):
+        bpffs.require_writable("zerolayer detach")
+        return _detach_locked(ifname, netns, pin_dir)
+
+
+def _detach_locked(ifname: str, netns: str | None, pin_dir: str) -> DetachResult:
     try:
         ins = ownership.inspect(ifname, netns)
     except ZerolayerError:

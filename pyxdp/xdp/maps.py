@@ -9,22 +9,24 @@ not misread.
 """
 
 import os
+import re
 import struct
 from dataclasses import dataclass
 
 from pyxdp.cstruct import Layout
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import bpfsys
+from pyxdp.kernel import bpfsys, rcu
 from pyxdp.proto import counters
 from pyxdp.xdp import pins
 
 POLICIES = ("drop", "pass")  # on_malformed: the index is the value (ZL_MALFORMED_*)
 CONFIG_FLOWS = 1 << 0  # ZL_CONFIG_FLOWS: per-flow tracking on (off by default)
 CONFIG_FORWARD = 1 << 1  # ZL_CONFIG_FORWARD: XDP forwarding on (off by default)
+CONFIG_PORTS_HALF = 1 << 2  # ZL_CONFIG_PORTS_HALF: the second half of `ports` is in effect
 # Token gaps in log2 microsecond buckets (ZL_GAP_BUCKETS, flows.gap_bucket).
 GAP_BUCKETS = 22
 # Map sizes (entries).
-PORT_SLOTS = 65536  # ZL_PORT_SLOTS: every UDP port
+PORT_SLOTS = 65536  # ZL_PORT_SLOTS: every UDP port, in each half of `ports`
 XSKS_MAX = 256  # ZL_XSKS_MAX: rx queues 0-255 can have an AF_XDP socket
 FLOWS_MAX = 16384  # ZL_FLOWS_MAX: the flow table's capacity
 EGRESS_MAX = 256  # interfaces the egress devmap holds (pyxdp/xdp/egress.py)
@@ -52,6 +54,7 @@ FLOW = Layout(
 )
 GAP_HIST = Layout("zl_gap_hist", ("sum_ns", "Q"), ("buckets", f"{GAP_BUCKETS}Q"))
 KEY = struct.Struct("=I")  # the array maps' key
+_IN_SET = re.compile(b"[^\0]")  # a port set's slot holding a port
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class MapSpec:
 SPECS = {
     "counters": MapSpec(4, counters.LAYOUT.size, 1),
     "config": MapSpec(4, CONFIG.size, 1),
-    "ports": MapSpec(4, 1, PORT_SLOTS),
+    "ports": MapSpec(4, 1, 2 * PORT_SLOTS),  # two halves (set_ports)
     "xsks": MapSpec(4, 4, None),
     "flows": MapSpec(FLOW_KEY.size, FLOW.size, None),
     "gaps": MapSpec(4, GAP_HIST.size, 1),
@@ -195,21 +198,41 @@ class ZerolayerMaps:
         flags = flags | flag if enabled else flags & ~flag
         self["config"].update(0, CONFIG.pack(policy, flags))
 
-    def ports(self) -> list[int]:
+    def _ports_half(self) -> int:
+        return 1 if self._config()[1] & CONFIG_PORTS_HALF else 0
+
+    def _half(self, half: int) -> set[int]:
+        """The ports set in HALF of `ports`."""
         m = self["ports"]
-        pairs = bpfsys.map_lookup_batch(m.fd, 4, 1, m.info.max_entries)
-        return [KEY.unpack(k)[0] for k, v in pairs if v != b"\0"]
+        slots = bpfsys.array_values(m.fd, 1, m.info.max_entries)
+        base = half * PORT_SLOTS
+        return {m.start() - base for m in _IN_SET.finditer(slots, base, base + PORT_SLOTS)}
+
+    def ports(self) -> list[int]:
+        """The set in effect: the half the config names, read again if a
+        flip came between reading the bit and reading the half."""
+        while True:
+            half = self._ports_half()
+            found = self._half(half)
+            if self._ports_half() == half:
+                return sorted(found)
 
     def set_ports(self, wanted) -> None:
-        """Make the token port set exactly WANTED: new ports first, so a port
-        that stays never blinks out."""
+        """Make the token port set exactly WANTED, atomically for the
+        program: write the half not in effect, then flip ZL_CONFIG_PORTS_HALF
+        with one config write. That half was retired by the last flip, so
+        first wait until no program run that read the old bit is left."""
         wanted = set(wanted)
         check_ports(wanted)
-        current = set(self.ports())
+        spare = 1 - self._ports_half()
+        base = spare * PORT_SLOTS
+        rcu.wait_for_running_programs()
+        current = self._half(spare)
         for port in sorted(wanted - current):
-            self["ports"].update(port, b"\1")
+            self["ports"].update(base + port, b"\1")
         for port in sorted(current - wanted):
-            self["ports"].update(port, b"\0")
+            self["ports"].update(base + port, b"\0")
+        self._set_flag(CONFIG_PORTS_HALF, spare == 1)
 
 
 def check_ports(ports) -> None:
