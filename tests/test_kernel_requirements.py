@@ -97,7 +97,8 @@ def _direct_parser_on_big_skb_datagrams(record_property=None):
     assert got == traffic.expected_counters(packets, direct=True)
     assert got["beyond_window"] == 4 and got["token_datagrams"] == 1
     assert counters.nest(got)["malformed"] == {
-        "short_header": 1, "truncated": 0, "unknown_type": 1, "too_many_frames": 0}
+        "short_header": 1, "truncated": 0, "unknown_type": 1, "too_many_frames": 0,
+        "bad_checksum": 0}
     assert got["malformed_dropped"] == 2
     # Passed whole, under policy drop: the kernel's UDP socket has them.
     assert arrived == sorted(PAYLOADS[:4] + PAYLOADS[5:6])
