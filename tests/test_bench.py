@@ -1,5 +1,5 @@
 """`zerolayer bench` on a real lab: the default run (sections parser, xdp,
-delivery, tx and forward), and the parser, xdp and forward sections alone
+delivery, tx, forward and core), and the parser, xdp and forward sections alone
 (tx alone: tests/test_bench_tx.py), each through the CLI with --quick and
 produces every key. No assertion here is about speed: the
 numbers belong to the benchmark, not to the tests."""
@@ -21,7 +21,7 @@ FORWARD_KEYS = ["forward_mode", "forward_load", "xdp_forward_dps", "kernel_forwa
                 "forward_router_forwarded"]
 # docs/spec.md §5.9, in order
 DEFAULT_KEYS = ["machine", "quick", *PARSER_KEYS, *XDP_KEYS, *DELIVERY_KEYS, *TX_KEYS,
-                *FORWARD_KEYS, "targets", "duration_s"]
+                *FORWARD_KEYS, "core", "targets", "duration_s"]
 
 
 def check_parser(report: dict, rounds: int) -> None:
