@@ -38,7 +38,7 @@ def _run_as_nobody(copy: pathlib.Path) -> subprocess.CompletedProcess:
         os.chown(path, NOBODY, NOBODY)
     return subprocess.run(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-         "--inh-caps=-all", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "--inh-caps=-all", sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "-m", "not root"],
         cwd=copy, env={"PATH": os.environ["PATH"], "HOME": str(copy)},
         capture_output=True, text=True, timeout=240,

@@ -320,11 +320,16 @@ def test_zerocopy_transmit_on_veth_is_refused_not_faked(lab):
     ("198.18.0.77:9977", "no usable neighbour entry for 198.18.0.77 on peer0"),
     ("198.18.0.2:9977", "198.18.0.2 is an address of this host"),
     ("198.18.0.255:9977", "broadcast or multicast"),
-    ("198.18.0.1", "is not ADDR:PORT"),
-    ("fd00:7a1::1:9977", "is not ADDR:PORT"),
 ])
 def test_destinations_that_cannot_be_sent_to_are_one_line(lab, to, message):
     assert message in one_line_error(emit(lab, "--to", to, "--count", 1, check=False))
+
+
+@pytest.mark.parametrize("to", ["198.18.0.1", "fd00:7a1::1:9977"])
+def test_a_destination_that_is_not_addr_port_is_a_usage_error(lab, to):
+    proc = emit(lab, "--to", to, "--count", 1, check=False)
+    assert proc.returncode == 2 and "is not ADDR:PORT" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_no_such_interface_is_one_line(cli):
