@@ -108,6 +108,7 @@ def test_valid_datagrams_are_forwarded_and_malformed_never(routed, ipv6, record_
     record_property("seen", f"{mode} on veth")
 
 
+@pytest.mark.smoke
 @FORWARDING
 @pytest.mark.parametrize("routed", [{"mode": "native"}, {"mode": "skb"}], indirect=True,
                          ids=["native", "skb"])

@@ -35,6 +35,7 @@ def _json(cli, *args) -> dict:
     return json.loads(cli(*args, "--json", check=True).stdout)
 
 
+@pytest.mark.smoke
 @pytest.mark.capability("xdp_parser")
 def test_attach_status_and_stats_name_the_parser_this_kernel_gets(cli, lab, record_property):
     variant = parsers.for_this_kernel()

@@ -120,6 +120,7 @@ def test_the_views_are_umem_and_released_chunks_come_back(attached):
 
 
 @pytest.mark.kernel
+@pytest.mark.smoke
 @pytest.mark.parametrize("family", [4, 6])
 def test_a_corrupted_datagram_never_reaches_frames(attached, family):
     """A payload byte changed after the checksum was written, as a faulty
