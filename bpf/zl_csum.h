@@ -102,6 +102,9 @@ static __always_inline int zl_csum_bytes(void *data, void *data_end, __u64 off,
 	for (i = 0; i < ZL_CSUM_MAX_CHUNKS; i++) {
 		void *p;
 
+		/* A plain counter: clang 19 (bcc 0.31) rewrote it into a negated
+		 * count-down whose end 6.12's verifier could not see. */
+		zl_opaque(i);
 		if (i >= chunks)
 			break;
 		p = data + off + i * ZL_CSUM_CHUNK;
