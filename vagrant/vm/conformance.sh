@@ -18,8 +18,14 @@ version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed 's/[-+~].*//' |
 export ZEROLAYER_CAPABILITIES="$REPORT" ZEROLAYER_SELECTION="$SELECTION"
 export ZEROLAYER_SYSTEM="Debian $(cat /etc/debian_version 2>/dev/null || echo "?"), Python $(/usr/bin/python3 -c 'import platform; print(platform.python_version())'), bcc $(version python3-bpfcc), libxdp $(version libxdp1)"
 echo "conformance: kernel $(uname -r), $ZEROLAYER_SYSTEM, $SELECTION selection, differential cases ${ZEROLAYER_DIFFERENTIAL_CASES:-20000}"
+tainted="$(cat /proc/sys/kernel/tainted)"
 rc=0
 bash "$REPO/vagrant/provision.sh" test -m "$MARKS" -v --durations=25 "$@" || rc=$?
+# A kernel warning during the run taints the kernel (512): show what it said.
+if [ "$(cat /proc/sys/kernel/tainted)" != "$tainted" ]; then
+    echo "conformance: the kernel was tainted during the run ($tainted -> $(cat /proc/sys/kernel/tainted)); its warnings:"
+    dmesg --level=emerg,alert,crit,err,warn | tail -n 80
+fi
 # pytest's 5: nothing collected. A selection that names no test proves nothing.
 [ "$rc" -ne 5 ] || { echo "conformance: the $SELECTION selection ('$MARKS') collected no test" >&2; exit 1; }
 exit "$rc"

@@ -168,6 +168,9 @@ elif [ -f "$JOB/status" ]; then
     RC="$(cat "$JOB/status")"
 else
     say "qemu exited (status $QRC) before the job reported a status: $(tail -n 1 "$LOGDIR/qemu.log" 2>/dev/null)"
+    # The guest's last words say why (a panic, a share that would not mount).
+    say "the serial console's last lines:"
+    tail -n 15 "$SERIAL" 2>/dev/null | sed 's/^/    /' >&2 || true
     RC=125
 fi
 DONE=1
