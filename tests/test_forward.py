@@ -321,8 +321,31 @@ def test_attach_names_what_the_egress_veth_needs(routed, cli):
                          "--json", check=True).stdout)
     assert res["forwarding"] is True and res["egress"] == ["rtr0", "rtr1"]
     [note] = [n for n in res["forward_notes"] if n.startswith("rtr1")]
-    assert f"peer rcv0 (netns {lab.receiver.netns}) runs no XDP program and has GRO off" in note
-    assert f"ip netns exec {lab.receiver.netns} ethtool -K rcv0 gro on" in note
+    ns = lab.receiver.netns
+    if egress.gro_takes_redirects():
+        assert f"peer rcv0 (netns {ns}) runs no XDP program and has GRO off" in note
+        assert f"ip netns exec {ns} ethtool -K rcv0 gro on" in note
+    else:
+        assert f"peer rcv0 (netns {ns}) runs no XDP program: the kernel drops" in note
+        assert "(before Linux 5.13 GRO is not enough)" in note and "ethtool" not in note
+    assert f"zerolayer attach rcv0 --netns {ns}" in note
+
+
+@pytest.mark.parametrize("routed", [{"receiver_gro": False}], indirect=True)
+def test_gro_on_the_peer_is_enough_only_from_linux_5_13(routed, monkeypatch):
+    """The same veth, GRO on at its peer: no note where GRO runs the peer's
+    NAPI, and the XDP-program note on a kernel that reports itself older."""
+    from pyxdp.kernel import ethtool, release
+
+    lab, _ = routed
+    with netns.entered(lab.receiver.netns):
+        ethtool.set_gro(lab.receiver.ifname, True)
+    ns = lab.router_in.netns
+    if release.at_least(*egress.VETH_NAPI_BY_GRO):
+        assert egress.notes("rtr0", ns, ["rtr1"]) == []
+    monkeypatch.setattr(release, "version", lambda: (5, 10))
+    [note] = egress.notes("rtr0", ns, ["rtr1"])
+    assert note.startswith("rtr1 is a veth whose peer rcv0") and "GRO is not enough" in note
 
 
 def partial_sum(sent: bytes) -> bytes:

@@ -14,7 +14,9 @@ them (ARP, neighbour discovery) the first time it forwards there.
 
 rcv0 has GRO on, so that it takes frames redirected to it by XDP on the
 router (a veth accepts them only with NAPI running on its peer: an XDP
-program or GRO); `receiver_gro=False` leaves it off, as a default veth is.
+program or GRO); before Linux 5.13, where GRO is not enough, it runs an
+XDP_PASS program instead. `receiver_gro=False` leaves both off, as a
+default veth is.
 `ipv6=False` turns IPv6 off in all three namespaces: then nothing but what
 is sent on purpose crosses the lab (no neighbour discovery or multicast
 listener reports), and a counter of every packet counts exactly that.
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 
 from pyxdp.kernel import ethtool, netns
 from pyxdp.lab.veth_lab import Endpoint, LabEnd, NamespaceLab, new_tag, write_sysctl
-from pyxdp.xdp import pins
+from pyxdp.xdp import compiler, egress, netlink, pins, testrun
 
 # struct ifaddrmsg flags: usable at once, not after duplicate address detection
 IFA_F_NODAD = 0x02
@@ -104,8 +106,11 @@ class RoutedLab(NamespaceLab):
         self._link_up(self.router_out, mtu=self.egress_mtu)
         self._link_up(self.receiver, mtu=1500)
         if self.receiver_gro:
-            with netns.entered(self.receiver.netns):
-                ethtool.set_gro(self.receiver.ifname, True)
+            if egress.gro_takes_redirects():
+                with netns.entered(self.receiver.netns):
+                    ethtool.set_gro(self.receiver.ifname, True)
+            else:
+                self._pass_program(self.receiver)
         # The two ends route through the router; the router has both subnets.
         self._route(self.sender, via=self.router_in, to=self.receiver)
         self._route(self.receiver, via=self.router_out, to=self.sender)
@@ -156,6 +161,17 @@ class RoutedLab(NamespaceLab):
             idx = ipr.link_lookup(ifname=end.ifname)[0]
             for address in (other.ipv4, other.ipv6) if self.ipv6 else (other.ipv4,):
                 ipr.neigh("add", dst=address, lladdr=other.mac, ifindex=idx, state="permanent")
+
+    @staticmethod
+    def _pass_program(end: LabEnd) -> None:
+        """An XDP_PASS program on END, in native mode: the link holds it, and
+        it goes with the namespace."""
+        loaded = compiler.load(*testrun.PASS_PROGRAM)
+        try:
+            state = netlink.query(end.ifname, end.netns)
+            netlink.set_program(state.ifindex, loaded.prog_fd, "native", netns=end.netns)
+        finally:
+            loaded.close()
 
     def teardown(self) -> None:
         for name in self.namespaces:

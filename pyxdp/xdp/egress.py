@@ -16,8 +16,8 @@ here and said in one line each, never changed behind the user's back:
   (net.ipv4.conf.IFACE.forwarding, net.ipv6.conf.IFACE.forwarding), and
   answers "forwarding disabled" otherwise;
 - a veth accepts redirected frames only when its peer runs NAPI: an XDP
-  program on the peer, or GRO on (Linux 5.13+). Without either the kernel
-  drops every frame redirected to it.
+  program on the peer, or GRO on (Linux 5.13+; before it, only the XDP
+  program). Without either the kernel drops every frame redirected to it.
 """
 
 import contextlib
@@ -25,13 +25,17 @@ import os
 import struct
 
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import bpfsys
+from pyxdp.kernel import bpfsys, release
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.ethtool import gro_enabled
 from pyxdp.xdp import netlink
 from pyxdp.xdp.maps import EGRESS_MAX, SPECS, BpfMap
 
 PIN = "egress"
+# Since this release GRO on a veth's peer runs the NAPI that takes redirected
+# frames ("veth: allow enabling NAPI even without XDP"); before it only an
+# XDP program on the peer does.
+VETH_NAPI_BY_GRO = (5, 13)
 BPF_MAP_TYPE_DEVMAP_HASH = 25
 _IFINDEX = struct.Struct("=I")
 
@@ -106,23 +110,33 @@ def _forwarding_on(version: str, ifname: str, netns: str | None) -> bool:
             return version == "ipv6"
 
 
+def gro_takes_redirects() -> bool:
+    """Whether GRO on a veth's peer is enough for it to take redirected frames."""
+    return release.at_least(*VETH_NAPI_BY_GRO)
+
+
 def _veth_note(name: str, peer: netlink.VethPeer) -> str | None:
     """None when veth NAME's PEER accepts redirected frames; otherwise what
     to do about it."""
+    by_gro = gro_takes_redirects()
     if peer.ifname is None:
+        needs = "runs an XDP program or has GRO on" if by_gro else "runs an XDP program"
         return (f"{name} is a veth whose peer is in a namespace zerolayer cannot see: it "
-                "accepts forwarded frames only if the peer runs an XDP program or has GRO on")
-    with netns_mod.entered(peer.netns):
-        gro = gro_enabled(peer.ifname)
-    if peer.xdp or gro:
+                f"accepts forwarded frames only if the peer {needs}")
+    if peer.xdp:
         return None
-    if peer.netns:
-        return (f"{name} is a veth whose peer {peer.ifname} (netns {peer.netns}) runs no XDP "
-                f"program and has GRO off: the kernel drops every datagram forwarded out of "
-                f"{name}; turn GRO on there (`ip netns exec {peer.netns} ethtool -K "
-                f"{peer.ifname} gro on`) or attach an XDP program to it (`zerolayer attach "
-                f"{peer.ifname} --netns {peer.netns}`)")
-    return (f"{name} is a veth whose peer {peer.ifname} runs no XDP program and has GRO off: "
-            f"the kernel drops every datagram forwarded out of {name}; turn GRO on there "
-            f"(`ethtool -K {peer.ifname} gro on`) or attach an XDP program to it "
-            f"(`zerolayer attach {peer.ifname}`)")
+    if by_gro:
+        with netns_mod.entered(peer.netns):
+            if gro_enabled(peer.ifname):
+                return None
+    where = f" (netns {peer.netns})" if peer.netns else ""
+    attach = f"zerolayer attach {peer.ifname}" + (f" --netns {peer.netns}" if peer.netns else "")
+    if not by_gro:
+        return (f"{name} is a veth whose peer {peer.ifname}{where} runs no XDP program: the "
+                f"kernel drops every datagram forwarded out of {name} (before Linux 5.13 GRO "
+                f"is not enough); attach an XDP program to it (`{attach}`)")
+    ethtool = ((f"ip netns exec {peer.netns} " if peer.netns else "")
+               + f"ethtool -K {peer.ifname} gro on")
+    return (f"{name} is a veth whose peer {peer.ifname}{where} runs no XDP program and has "
+            f"GRO off: the kernel drops every datagram forwarded out of {name}; turn GRO on "
+            f"there (`{ethtool}`) or attach an XDP program to it (`{attach}`)")
