@@ -29,6 +29,13 @@ from pyxdp.tuning.sysctl import SYSCTL_NAME
 # that move with any other process's disk activity. The congestion-control
 # lists grow when the kernel loads a module on demand (Debian builds bbr as
 # one) for a test namespace that asks for it: a module, not a setting.
+# Before Linux 5.13, kernel.sched_domain.* (in debugfs since) lists the
+# scheduler's own load-balancing statistics (max_newidle_lb_cost decays and
+# grows as the CPUs idle), which no tuning writes. kernel.tainted records
+# that the kernel printed a warning (5.10's sockmap warns in strp_done when
+# it frees a socket's stream parser): a state, not a setting, and
+# vagrant/vm/conformance.sh prints the warning itself.
+CHURNING_PREFIXES = ("fs.quota.", "kernel.sched_domain.")
 CHURNING = {
     "net.ipv4.tcp_allowed_congestion_control",
     "net.ipv4.tcp_available_congestion_control",
@@ -40,6 +47,7 @@ CHURNING = {
     "kernel.pty.nr",
     "kernel.random.entropy_avail",
     "kernel.random.uuid",
+    "kernel.tainted",
 }
 
 
@@ -52,7 +60,7 @@ def sysctl_all(ns: str | None = None) -> dict[str, str]:
     values = {}
     for line in out.splitlines():
         key, _, value = line.partition(" = ")
-        if key not in CHURNING and not key.startswith("fs.quota."):
+        if key not in CHURNING and not key.startswith(CHURNING_PREFIXES):
             values[key] = value
     return values
 

@@ -234,6 +234,7 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
                 try:
                     prog_fds[name] = program.load_func(name.encode(), prog_type).fd
                 except Exception as exc:
+                    program.cleanup()  # its maps and BTF, which nothing else will close
                     missing = _missing_helper(log_path)
                     if missing:
                         raise ZerolayerError(
