@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.root, pytest.mark.kernel]
 MAX_SOCKS = 64  # the relay's, for this test
 
 # Set by the loader per load, not shared constants.
-PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW", "ZL_SK_TRIM",
+PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW",
             "ZL_EGRESS_FD", "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM"}
 
 

@@ -14,9 +14,18 @@ import time
 import pytest
 
 from cli_runner import ZEROLAYER
+from pyxdp.kernel import release
+from pyxdp.relay.datapath import OFFSETS_KEPT_SINCE
 from pyxdp.xdp import compiler
 
 pytestmark = pytest.mark.root
+
+# Before 5.15 the sockmap relay refuses at start (tests/test_relay_streams.py
+# shows the refusal): the commands that need it running cannot run there.
+needs_sockmap_relay = pytest.mark.skipif(
+    not release.at_least(*OFFSETS_KEPT_SINCE),
+    reason="before 5.15 the kernel relays a message from its segment's start: the sockmap "
+           "relay refuses (test_relay_streams.py)")
 
 
 @contextlib.contextmanager
@@ -55,7 +64,8 @@ def address_in(line: str) -> str:
     return re.search(r"(\d+\.\d+\.\d+\.\d+:\d+)", line).group(1)
 
 
-@pytest.mark.parametrize("engine", ["sockmap", "asyncio"])
+@pytest.mark.parametrize("engine", [pytest.param("sockmap", marks=needs_sockmap_relay),
+                                    "asyncio"])
 def test_relay_serve_and_send_across_namespaces(lab, cli, engine):
     with running("serve", "--listen", f"{lab.peer.ipv4}:9977", "--netns", lab.peer.netns) \
             as (server, line):
@@ -82,6 +92,7 @@ def test_relay_serve_and_send_across_namespaces(lab, cli, engine):
     assert served.strip() == "1 connections, 1 requests, 1 pings, 0 broken"
 
 
+@needs_sockmap_relay
 def test_relay_prints_stats_at_intervals(cli):
     with running("serve", "--listen", "127.0.0.1:0") as (server, line):
         with running("relay", "--listen", "127.0.0.1:0", "--upstream", address_in(line),
@@ -121,6 +132,7 @@ def test_relay_without_its_options_is_a_usage_error(cli):
     assert proc.returncode == 2 and "--upstream" in proc.stderr
 
 
+@needs_sockmap_relay
 def test_the_relay_leaves_nothing_behind(cli):
     """A relay process that comes and goes leaves no BPF program or map."""
     if not shutil.which("bpftool"):
@@ -149,6 +161,7 @@ def test_the_relay_leaves_nothing_behind(cli):
     assert not ours() & new
 
 
+@needs_sockmap_relay
 @pytest.mark.kernel
 @pytest.mark.capability("relay")
 def test_a_parser_the_kernel_refuses_is_one_line_naming_the_asyncio_engine(cli, tmp_path,

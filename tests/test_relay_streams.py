@@ -11,7 +11,6 @@ its reason counted, and no map entry or fd is left behind.
 
 import os
 import platform
-import re
 import shutil
 import socket
 import struct
@@ -21,6 +20,7 @@ import pytest
 
 from pyxdp.bpf import SOURCE_DIR
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import release
 from pyxdp.proto import counters, frames
 from pyxdp.proto.frames import FrameType, StreamDecoder, encode
 from pyxdp.relay import datapath as datapath_module
@@ -39,13 +39,40 @@ KERNEL_RELAY = [pytest.mark.kernel, pytest.mark.capability("relay")]
 PAUSE = 0.003  # between sends that must land in separate TCP segments
 
 
+# Before 5.15 the kernel sends a message from its segment's start: the
+# self-check must refuse there, and nothing else of the sockmap relay runs.
+OFFSETS_KEPT = release.at_least(*datapath_module.OFFSETS_KEPT_SINCE)
+NO_SOCKMAP_RELAY = (f"this kernel ({platform.release()}) relays a message from its segment's "
+                    "start: the sockmap relay refuses (test_the_relay_refuses_in_one_line_"
+                    "where_the_kernel_loses_offsets)")
+
+
 @pytest.fixture(scope="module")
 def datapath():
     """The kernel side, compiled once for the module; each test gets its own
     relay on it."""
     with RelayDataPath(max_socks=4096) as dp:
+        if not OFFSETS_KEPT:
+            with pytest.raises(ZerolayerError, match="from the start of its TCP segment"):
+                dp.self_check()
+            pytest.skip(NO_SOCKMAP_RELAY)
         dp.self_check()
         yield dp
+
+
+@pytest.mark.smoke
+@pytest.mark.kernel
+@pytest.mark.capability("relay")
+def test_the_relay_refuses_in_one_line_where_the_kernel_loses_offsets(cli, record_property):
+    if OFFSETS_KEPT:
+        pytest.skip("this kernel keeps the stream parser's offsets: the relay runs")
+    proc = cli("relay", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9")
+    assert proc.returncode == 1, proc
+    [line] = proc.stderr.splitlines()
+    assert "sends a relayed message from the start of its TCP segment" in line
+    assert line.endswith("use --engine asyncio") and "internal error" not in line
+    record_property("seen", "refused in one line: before 5.15 the kernel relays a message "
+                            "from its segment's start (--engine asyncio instead)")
 
 
 def open_fds() -> set[tuple[str, str]]:
@@ -493,8 +520,7 @@ def test_the_parser_reads_headers_through_its_window_where_the_kernel_allows(dat
     """The per-header fallback is for kernels without BPF's atomic exchange
     (before 5.12): anywhere newer, a parser that fell back would be a
     regression hidden by the fallback."""
-    major, minor = map(int, re.match(r"(\d+)\.(\d+)", platform.release()).groups())
-    if (major, minor) < (5, 12):
+    if not release.at_least(5, 12):
         assert datapath.header_window == 0
     else:
         assert datapath.header_window == HEADER_WINDOWS[0]
@@ -507,6 +533,8 @@ def test_the_parser_reads_headers_through_its_window_where_the_kernel_allows(dat
 def test_the_per_header_parser_of_older_kernels_frames_exactly(monkeypatch):
     """The parser built without a window (what kernels before 5.12 load),
     on the cases that cross and break runs of frames."""
+    if not OFFSETS_KEPT:
+        pytest.skip(NO_SOCKMAP_RELAY)
     monkeypatch.setattr(datapath_module, "HEADER_WINDOWS", (0,))
     with RelayDataPath(max_socks=16) as dp:
         assert dp.header_window == 0
@@ -572,7 +600,7 @@ def test_start_up_check_refuses_a_parser_that_misplaces_frames(tmp_path, monkeyp
     header.write_text(text.replace("__u32 seg_seq = skb->cb[0];", "__u32 seg_seq = c->next_seq;"))
     monkeypatch.setenv("ZEROLAYER_BPF_DIR", str(src))
     with RelayDataPath(max_socks=16) as dp:
-        with pytest.raises(ZerolayerError, match="cannot frame safely"):
+        with pytest.raises(ZerolayerError, match="use --engine asyncio$"):
             dp.self_check()
         assert dp.sockets() == [] and dp.conns() == []
 
@@ -581,8 +609,14 @@ def test_start_up_check_refuses_a_parser_that_misplaces_frames(tmp_path, monkeyp
 @pytest.mark.capability("relay")
 def test_a_relay_frees_everything_it_made():
     """Programs, maps, sockets, threads: a relay that loaded its own data
-    path and is closed leaves nothing open in the process."""
+    path and is closed leaves nothing open in the process; one refused at
+    start (before 5.15) leaves nothing either."""
     before = open_fds()
+    if not OFFSETS_KEPT:
+        with pytest.raises(ZerolayerError, match="use --engine asyncio$"):
+            Relay("127.0.0.1:0", "127.0.0.1:1")
+        assert not open_fds() - before
+        return
     relay = Relay("127.0.0.1:0", "127.0.0.1:1")
     thread = serve_in_thread(relay)
     client = relay_sockets.connect(relay.address)
