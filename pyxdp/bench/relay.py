@@ -47,6 +47,7 @@ it reports under `relay`, targets() the section's targets.
 """
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -251,7 +252,7 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
                     progress(f"profile: {streams} stream{'s' if streams > 1 else ''}, flood, "
                              "sockmap, with BPF run-time statistics")
                     profile[str(streams)] = _profile(relay, streams, plan, workers)
-                relay_stats = relay.stats()
+                relay_stats = _settled(relay)
             finally:
                 for r_, t in ((relay, thread), (unframed, unframed_thread)):
                     r_.stop()
@@ -284,6 +285,18 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
         "sockmap_profile": profile,
         "write_sizes": _summarize_sweep(runs, plan, engines),
     }
+
+
+def _settled(relay, timeout: float = 15.0) -> dict:
+    """RELAY's stats once the last run's pairs have closed: its thread closes
+    them a moment after the clients do (drained first), so a snapshot taken
+    at once can still count them active. As they are after TIMEOUT."""
+    deadline = time.monotonic() + timeout
+    stats = relay.stats()
+    while stats["pairs"]["active"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        stats = relay.stats()
+    return stats
 
 
 def _profile(relay, streams: int, plan: Plan, workers: dict) -> dict:
