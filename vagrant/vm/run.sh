@@ -78,6 +78,9 @@ probe_kvm() { # prints "kvm|tcg REASON"
     while kill -0 "$pid" 2>/dev/null && ! grep -qs zl-probe-ok "$log" && [ $t -lt 400 ]; do
         sleep 0.1; t=$((t + 1))
     done
+    # qemu is the subshell's child: a probe that hangs (kvm-pvm can) would
+    # outlive a kill of the subshell alone.
+    pkill -P "$pid" 2>/dev/null || true
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     if grep -qs zl-probe-ok "$log"; then
