@@ -18,9 +18,10 @@
  * The bytes are summed by bpf_csum_diff() over direct packet access, in
  * constant sizes the verifier can check (multiples of 4, at most 512 bytes
  * a call, as net/core/filter.c requires): whole 512-byte chunks, then one
- * call for each bit of the remainder from 256 down to 64; the bits from 32
- * down to 4 are read as 32-bit words directly (a call costs more than a
- * few loads), and the last up to three bytes one by one. Each offset is worked out from the datagram's start and
+ * call for each bit of the remainder from 256 down to 128; the bits from 64
+ * down to 4 are read as 32-bit words directly (a call costs more than
+ * sixteen loads: 2 ns of a 4-frame datagram's 31 on the 2.0 GHz Xeon), and
+ * the last up to three bytes one by one. Each offset is worked out from the datagram's start and
  * length, not carried from the step before, so the verifier sees one state
  * after the chunk loop however many chunks it ran. (bcc declares the
  * helper's result an int: it is a 32-bit sum, cast back to one.) Direct
@@ -114,7 +115,7 @@ static __always_inline int zl_csum_bytes(void *data, void *data_end, __u64 off,
 	}
 	ZL_CSUM_STEP(256, 0);
 	ZL_CSUM_STEP(128, 0);
-	ZL_CSUM_STEP(64, 0);
+	ZL_CSUM_STEP(64, 1);
 	ZL_CSUM_STEP(32, 1);
 	ZL_CSUM_STEP(16, 1);
 	ZL_CSUM_STEP(8, 1);
