@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The compiled core of pyxdp.xsk (pyxdp/xsk/_core.c). Optional: where no C
 compiler or Python headers exist the install goes on without it, and
 pyxdp.xsk.core uses its slower numpy path (docs/spec.md §8.1)."""

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* zerolayer's TCP frame relay: SK_SKB programs on a sockhash. The stream
  * parser cuts each relayed socket's byte stream into messages of whole
  * frames; the verdict redirects each message to the paired socket, so frames

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* The throughput floor for `zerolayer bench`: count every packet, pass it.
  * What zerolayer's program is compared against on a live interface: the
  * least a program can do and still say how many packets it saw. And the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* The floor for benchmarks: an XDP program that only returns XDP_PASS. */
 #include <uapi/linux/bpf.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* zerolayer's XDP program: judge token datagrams at the driver, count them,
  * and hand valid ones to the AF_XDP socket of their rx queue, or, with
  * forwarding on, route those for another host out of another interface.

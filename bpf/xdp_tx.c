@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* The traffic generator's program. Under BPF_PROG_TEST_RUN with
  * BPF_F_TEST_XDP_LIVE_FRAMES, every frame it returns XDP_TX for is really
  * transmitted on the interface named in the run's context.

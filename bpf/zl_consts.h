@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Protocol constants: the token frame (docs/spec.md section 1), verdict policy,
  * and the Ethernet/IP numbers the parser needs. No code lives here.
  *

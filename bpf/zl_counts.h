@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Frame counts by type, packed 8 bits a type into one u64 (REQUEST in the
  * lowest byte), so a walk over many frames carries a single register. A
  * walk is bounded well below 256 frames (ZL_MAX_FRAMES, ZL_SK_BATCH), so a

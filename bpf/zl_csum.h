@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The UDP checksum of a token datagram (docs/spec.md section 1.8): whether
  * the bytes are the ones that were sent, before XDP hands them to a socket
  * or to another host. Nobody else checks first: the program runs before the

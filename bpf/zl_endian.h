@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Network byte order without libc: bcc builds for the host's endianness. */
 #ifndef ZL_ENDIAN_H
 #define ZL_ENDIAN_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Per-flow token cadence: frames, bytes, first/last seen and a histogram of
  * the gaps between TOKEN frames, for every (source address, source port,
  * destination port, IP version) that sends token datagrams.

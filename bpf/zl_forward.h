@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* XDP forwarding (docs/spec.md section 2.1): a token datagram for another
  * host is routed by the kernel's own FIB (bpf_fib_lookup: its routes, its
  * neighbour table, the egress MTU and the forwarding sysctls), its TTL or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The frame walker: judges a UDP payload as a whole (docs/spec.md section 1.4).
  * pyxdp/proto/judge.py is its Python reference and must agree on every input. */
 #ifndef ZL_FRAMES_H

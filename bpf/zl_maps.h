@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The maps. With ZL_PIN_DIR defined (by the loader, per interface) each map
  * is pinned there, or reused if already pinned: that is how an in-place
  * upgrade keeps its counters, its configuration and registered AF_XDP

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* L2-L4 parsing: Ethernet with up to two VLAN tags, IPv4 (options, fragments),
  * IPv6 (UDP as the next header) and UDP. Every access is bounds-checked
  * against data_end; offsets are kept as small masked scalars the verifier

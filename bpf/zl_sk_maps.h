@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* The TCP frame relay's maps. Private to one relay process: nothing pinned. */
 #ifndef ZL_SK_MAPS_H
 #define ZL_SK_MAPS_H

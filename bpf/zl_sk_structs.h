@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Layouts the TCP frame relay shares with userspace. Python has each field
  * by field (the Layouts of pyxdp/relay/schema.py and pyxdp/relay/datapath.py):
  * change both together; tests/test_layouts.py compares them with these as

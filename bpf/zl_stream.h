@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Framing a TCP byte stream (docs/spec.md section 4) for the kernel's stream
  * parser.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Layouts shared with userspace. Python has each field by field (the Layouts
  * of pyxdp/proto/counters.py and pyxdp/xdp/maps.py): change both together;
  * tests/test_layouts.py compares them with these as bcc compiles them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Code shapes that older verifiers (Debian 12's 6.1 is the oldest checked)
  * accept. Their range tracking loses what newer kernels keep: the range of a
  * byte-swapped or negated value, and anything spilled without a range. clang

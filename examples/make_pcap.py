@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Regenerate examples/tokens.pcap: the conversations of transcript.jsonl,
 plus one malformed datagram per reason and some ordinary traffic (ICMP, a
 UDP datagram to another port, an IP fragment) from pyxdp.lab.traffic, between

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`python -m pyxdp` is the `zerolayer` command."""
 
 from pyxdp.cli import main

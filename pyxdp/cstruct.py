@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """C structs that Python shares with the BPF programs, field by field.
 
 A Layout is the one Python definition of such a struct: its fields in the C

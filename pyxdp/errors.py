@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one exception type the CLI turns into a one-line message and exit 1."""
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Numbers as people read them, shared by the CLI and `zerolayer top`."""
 
 

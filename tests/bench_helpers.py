@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers shared by the `zerolayer bench` tests: the bench run as a user
 runs it, and the shape of its figures."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The kernel capability report: which capability each test proves, and how
 it went on the kernel the suite ran on.
 

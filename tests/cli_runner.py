@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The installed `zerolayer` command, run in a new process as a user would."""
 
 import os

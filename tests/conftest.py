@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The suite's fixtures and hooks live in plugin modules beside the tests,
 shared through pytest_plugins rather than imported by name."""
 

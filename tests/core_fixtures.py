@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """each_core: a test using it runs once on each core of pyxdp.xsk
 (pyxdp/xsk/core.py), the pure numpy path and the compiled one, so both
 are held to the same reference. The compiled run fails, not skips, where

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for tests on real kernels: veth labs in namespaces, zerolayer
 attached, its program under BPF_PROG_TEST_RUN. Names carry this process's
 pid, so parallel runs never collide and leftovers of a killed run can be

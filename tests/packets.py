@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Packet builders for the XDP tests.
 
 build() assembles Ethernet / VLAN / IPv4 or IPv6 / UDP around a payload with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Root per test, not per session: a test marked `root` (or a module with
 `pytestmark = pytest.mark.root`) loads BPF programs, makes namespaces or
 changes links, and is skipped with a reason when the suite runs as an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batches over a UMEM the test fills itself: packets laid out in chunks as
 copy mode lays them, for the pure tests of what Batch computes (the UMEM
 and its rings are pyxdp.xsk.synthetic's, which the bench uses too)."""

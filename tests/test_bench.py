@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer bench` on a real lab: the default run (sections parser, xdp,
 delivery, tx, forward and core), and the parser, xdp and forward sections alone
 (tx alone: tests/test_bench_tx.py), each through the CLI with --quick and

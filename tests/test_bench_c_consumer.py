@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The delivery bench's C ceiling, pyxdp/bench/xsk_consumer.c: built as the
 bench builds it, it receives on a real lab exactly the token datagrams
 zerolayer redirects and walks every frame of each: its frame counts by type

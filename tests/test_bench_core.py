@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `core` section of `zerolayer bench`: the pure and the compiled core
 side by side, receive and send, at every batch size, in the JSON, the text
 and the plot. Figures are not judged (no wall-clock asserts): only that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The delivery section of `zerolayer bench` (pyxdp's AF_XDP socket against a
 UDP socket at three tiers of work per frame, and against a C consumer on
 libxdp) runs and reports every tier it promises, with every frame of every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The benchmarks drive the generator from a background thread while they
 measure. When that thread dies, the measurement must fail with the cause,
 not report the silence that follows as 0 frames/s. The failure here is a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer bench` options, checked before anything is measured (so as
 anyone, root or not): options that go with a section not chosen, a plot
 that cannot be drawn; and the plans and targets the options lead to.

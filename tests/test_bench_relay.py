@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The relay section of `zerolayer bench` (the sockmap relay against the
 asyncio relay, the peers socat, haproxy and a splice relay, and a direct
 connection, on loopback) runs and reports every figure; what the figures

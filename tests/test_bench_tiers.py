@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The delivery bench's tiers of work per frame on the UDP side, on real
 loopback sockets (any user): each walks every frame of every datagram, the
 act tier builds one stream per source with exactly the TOKEN texts sent, and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer bench --section tx --quick`: every key, in order, each figure
 from runs that happened, and the accounting the kernel backs: what dut0
 counted is what the senders sent, and the AF_XDP sink dropped what it

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Expected failures: one line on stderr saying what to do, exit 1, never a
 traceback. Each condition is real: an unprivileged user, a mount namespace
 without headers or without bpffs, a verifier that says no."""

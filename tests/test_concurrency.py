@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Concurrent attach, upgrade, config and detach of one interface, as
 automation runs them: real `zerolayer` processes, 2 to 8 at once, with
 token traffic flowing. Every command must succeed or fail in one line,

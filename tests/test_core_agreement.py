@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The compiled core (pyxdp/xsk/_core.c) against the pure one on bytes no
 reference judge has an answer for: whatever the packets hold, both give the
 same headers and the same frames, byte for byte."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The development loop: the checkout runs as the installed package does."""
 
 import os

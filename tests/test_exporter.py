@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer exporter`: after a known replay, /metrics (parsed with
 prometheus_client's own parser) says what the reference judge says, and the
 gap histogram holds what the replay's streams imply. Also its errors, its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Token cadence, timed for real: the lab's peer sends a stream with known
 gaps over veth, and the gaps land in the buckets they belong to.
 

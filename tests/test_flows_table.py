@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The flow table of the real XDP program under BPF_PROG_TEST_RUN: which
 datagrams make a flow, its key, its counts, the gap samples a datagram adds
 (not their size: that is timing, see test_flows_cadence.py), the off switch,

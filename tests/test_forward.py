@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """XDP forwarding (docs/spec.md §2.2) through a real router: three
 namespaces, sender -> router -> receiver (pyxdp/lab/routed_lab.py), with
 zerolayer attached to the router's ingress and datagrams counted exactly at

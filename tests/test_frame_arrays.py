@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The batch-wide frame walk (pyxdp.xsk.frame_arrays) on synthetic UMEM:
 packets laid out as the kernel lays them in chunks, walked by Batch.frames()
 and held to the reference decoder and judge, datagram by datagram. The same

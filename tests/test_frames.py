@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The codec and the reference judge, in plain Python."""
 
 import random

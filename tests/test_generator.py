@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The live-frames generator: asked for N frames it sends exactly N, mixes
 arrive in their exact proportions, and bad requests are refused before
 anything is sent. Counted at dut0 by zerolayer's own counters."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The parser build each kernel gets (docs/spec.md §1.7). Where the kernel
 lacks bpf_xdp_load_bytes (Linux 5.18; Debian 11's 5.10, Ubuntu 22.04's
 5.15), the loader builds the direct parser: a datagram whose walk reaches a

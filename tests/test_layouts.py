@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C and the Python agree on what they share (docs/spec.md §7).
 
 Structs: every struct Python shares with the programs (map keys and values,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What `zerolayer listen` prints, without a socket: the JSON lines made a
 batch at a time (byte for byte json.dumps of docs/spec.md §5.7's record),
 and the end-of-listen report's loss reasons."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Commands run without --netns point to the namespaces zerolayer is attached
 in: `status` names them, and `attach`, `status` or `stats IFACE` for an
 interface that is only in such a namespace says which --netns to add."""

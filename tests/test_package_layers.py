@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The house rules of pyxdp, checked on the source: each subpackage imports
 only from the layers below it, and no module imports itself back through
 others (README, "Layout"). Function-level imports count: hiding a cycle

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every BPF program zerolayer ships loads on the running kernel: bcc
 compiles it against this kernel's headers and the verifier accepts it. What
 each program does is tested elsewhere; this is the one list of them all, so

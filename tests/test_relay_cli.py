@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer relay`, `serve` and `send` as a user runs them: separate
 processes, across the lab's two namespaces (client and token server in the
 peer, the relay in the dut), stopped with SIGTERM, reporting what they did."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The relay bench's peers (pyxdp/bench/relay_peers.py) end with the run
 that started them, however it ends: socat and haproxy know nothing of
 their parent, so a bench killed outright (SIGKILL, a test's timeout: no

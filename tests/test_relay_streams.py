@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The TCP frame relay against real sockets on loopback: the in-kernel relay
 (sockmap + stream parser) and the asyncio reference relay, held to the same
 rules. The test is both ends: the client, and the upstream server (a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Replay: transcripts and captures become timelines, and a replay into a
 real lab reproduces exactly the counters the reference judge predicts."""
 

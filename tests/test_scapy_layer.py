@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The scapy layer dissects token traffic the way scapy users expect."""
 
 from scapy.layers.inet import IP, UDP

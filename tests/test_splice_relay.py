@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C splice relay the bench measures zerolayer's relays against
 (pyxdp/bench/splice_relay.c): bytes go through it intact both ways, an EOF
 is passed on while the other direction goes on, and stopping it leaves no

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer top` in a real terminal: a tmux pane runs it, traffic flows,
 capture-pane reads the screen, send-keys quits it (q, and Ctrl-C), and the
 shell gets its terminal back."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer tune` as a user runs it: a subprocess, its output and exit code.
 
 Tests in a namespace need root; those on a fake root, or that fail before

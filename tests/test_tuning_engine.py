@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The tuning engine against the real kernel, in throwaway network namespaces.
 
 Each test makes its own namespace (see tuning_fixtures.namespace) and keeps

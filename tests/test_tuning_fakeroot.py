@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The engine against a fake root: a copy of the host's sysctls plus a made-up
 machine (cpufreq, idle states, two NUMA nodes, a NIC with MSI IRQs).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Profiles: the shipped ones say true things, and bad ones fail on load."""
 
 import os

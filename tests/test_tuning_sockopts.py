@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pyxdp.tuning.sockopts: the per-socket half of nodelay, read back from the kernel."""
 
 import socket

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What AF_XDP transmit writes, without a kernel: the headers and checksums
 of pyxdp.xsk.headers against a byte-by-byte reference (RFC 1071, 768,
 791, 8200) and against scapy's parser, on random inputs; the packing of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Root is needed per test, not per session: everything not marked `root`
 (the codec, the judge, profiles, the fake-root tuning runs, the package's
 house rules) passes as an ordinary user. Proved here by running exactly

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The VM images' cache key follows the archive's kernel (vagrant/vm/image.sh).
 
 A fake Debian archive (file://) stands in for the mirror: these tests change

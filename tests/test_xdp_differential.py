@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C program against the Python reference judge on 20,000 random and
 mutated datagrams, through BPF_PROG_TEST_RUN: the verdict, every counter
 delta and the bytes out must agree for every one. Their UDP checksums are

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Katran-style fixtures: packet in, verdict and counter deltas out, through
 BPF_PROG_TEST_RUN on zerolayer's real program. The expectations are written
 out by hand, one row per rule of docs/spec.md §1 to §3, and each row is also

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """attach / upgrade / detach on real veth pairs, through the CLI as a user
 runs it: modes, foreign programs, in-place upgrade, pins, fresh processes."""
 

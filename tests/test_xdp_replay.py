@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """scapy traffic from the peer namespace through a real veth pair: what
 `zerolayer stats --json` reports must be exactly what the reference judge
 says the capture contains."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`async for batch in xsk.batches()` on a real AF_XDP socket in a veth lab
 with zerolayer attached, fed by the live-frames generator. Each test runs
 its own event loop (asyncio.run) and opens its socket inside it: every

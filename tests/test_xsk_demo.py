@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer demo` with its AF_XDP consumer, as a user runs it."""
 
 import pytest

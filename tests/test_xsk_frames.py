@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batch.frames() on real AF_XDP sockets: datagrams redirected by zerolayer's
 XDP program on a veth lab, walked a batch at a time, and held to the
 reference decoder for every datagram received. tests/test_frame_arrays.py

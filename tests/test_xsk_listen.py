@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer listen` as a user runs it: a process reading AF_XDP sockets on
 a lab's veth, fed by zerolayer's XDP program."""
 

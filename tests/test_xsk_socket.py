@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pyxdp.xsk on real AF_XDP sockets, bound to veth queues in a lab, fed by
 zerolayer's XDP program: delivery, losses, fallback, queues, bad input."""
 

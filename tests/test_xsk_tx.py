@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AF_XDP transmit on real veth pairs: `zerolayer emit` and TokenSender on
 the lab's peer0 (which runs no XDP program: copy-mode sending needs none),
 received in the dut namespace by a UDP socket (the kernel checks every

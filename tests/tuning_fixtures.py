@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures and helpers for the tuning tests (test_tuning_*.py).
 
 Everything the tests change lives in a network namespace they create (named

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the AF_XDP transmit tests receive with: a UDP socket in the lab's dut
 namespace (the kernel checks every checksum on the way to it), a raw
 capture of dut0 (the frames as they arrived, for the reference judge),

@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host tuning engine: ordered profiles, dry run, snapshot and exact revert."""

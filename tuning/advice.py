@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The kinds that set nothing: a profile's answer to a line it does not apply.
 
 A checklist names things that are not host settings, or not safe ones. Each

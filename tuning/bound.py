@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`bound = "at-least"` or `"at-most"`: a knob that never moves a value already past the profile's.
 
 A throughput profile asks for room (16 MiB buffers); a host that already

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CPUs' side: the cpufreq governor and the idle states, one sysfs file per CPU."""
 
 import glob

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The engine: apply a profile in order, and revert or verify what it did.
 
 - apply: each knob in profile order; read it, and if it differs from the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where the knobs are: /proc and /sys as seen from the namespace being tuned.
 
 Three ways to see a host:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A NIC's IRQ affinity, pinned to the CPUs of the NUMA node the NIC hangs off.
 
 The device's IRQs and NUMA node come from sysfs (msi_irqs/ and numa_node of

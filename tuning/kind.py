@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a profile's `[[step.knob]]` can name: a kind, its fields, the plan lines it becomes.
 
 Each kind is one class that owns everything about it: its name, the fields a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Knobs: the kinds that are settings, which the engine reads, writes and restores.
 
 Every knob reads and writes its value as text, so that the engine, the state

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A sysfs that shows the current thread's network namespace.
 
 /sys/class/net lists the devices of the namespace that *mounted* /sys, not of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per-device files in /sys/class/net/IFACE/, such as gro_flush_timeout."""
 
 import re

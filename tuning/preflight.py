@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Preflight: what this kernel has, before anything is written.
 
 Every fact is asked of the kernel, never assumed: the congestion controls it

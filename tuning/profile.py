@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Profiles are data: TOML files of ordered steps, each naming knobs, values and why.
 
 A profile is found by name among the files shipped in `profiles/`, or read

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The root qdisc of a named interface, set over netlink.
 
 net.core.default_qdisc only applies to qdiscs created after it changes, so a

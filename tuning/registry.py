@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every kind a profile may name, by the name it is given there.
 
 The profile loader checks an entry with its kind's class, the engine expands

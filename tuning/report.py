@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a tune run did, one row per knob, as JSON; the CLI draws the table."""
 
 from dataclasses import asdict, dataclass, field

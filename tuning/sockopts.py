@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per-socket low-latency options: the half of "nodelay" that no sysctl can set.
 
 There is no `net.ipv4.tcp_nodelay`: Nagle's algorithm is turned off one socket

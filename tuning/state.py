@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The state file: what each knob held before zerolayer first changed it.
 
 One JSON file per namespace (`host.json`, `netns-NAME.json`) in the state

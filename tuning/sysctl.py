@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sysctls: files under /proc/sys, named as sysctl(8) names them."""
 
 import errno

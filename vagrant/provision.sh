@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Make a fresh Debian 12 or 13 machine ready for zerolayer, then optionally run it.
 #
 #   bash vagrant/provision.sh             provision only

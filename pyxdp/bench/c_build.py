@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C programs the bench runs beside zerolayer's (the AF_XDP consumer,
 the splice relay), compiled at bench time with the system's C compiler into
 a directory the caller made for the run and removes after it. Nothing is

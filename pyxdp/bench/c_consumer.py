@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C ceiling of the delivery bench: xsk_consumer.c (beside this module),
 an AF_XDP consumer on libxdp that walks every frame as the Python "touch"
 tier does, built at bench time and run as one more consumer of the same load.

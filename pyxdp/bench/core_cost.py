@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a batch costs Python's receive and send paths, the `core` section
 of `zerolayer bench`: the pure core against the compiled one
 (pyxdp/xsk/core.py), side by side, at 16, 256 and 1,024 datagrams a batch.

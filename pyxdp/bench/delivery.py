@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Delivery into Python, the `delivery` section of `zerolayer bench`: rounds
 of pyxdp.bench.xsk_vs_udp (pyxdp's AF_XDP socket against a UDP socket at
 each tier of work per frame, and a C consumer on libxdp at the touch tier,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A figure of the bench: the median of its rounds, with min and max."""
 
 import statistics

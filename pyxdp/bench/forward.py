@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """XDP forwarding against the kernel's own IP forwarding: datagrams/s
 through a router, counted by zerolayer on the receiver.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Traffic from a background thread while the calling thread measures.
 
 A measurement reads counters while the load flows. If the thread driving

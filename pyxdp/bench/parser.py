@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Parser cost: ns per datagram of zerolayer's program against a program
 that only returns XDP_PASS, both through BPF_PROG_TEST_RUN on the same packet.
 

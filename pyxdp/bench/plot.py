@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The PNG of `zerolayer bench --plot`: one panel per section run,
 zerolayer's bar next to its floor, the median as the bar and min..max as
 the whisker.

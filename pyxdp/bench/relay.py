@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The TCP relay benchmark: frames/s and frame latency through zerolayer's
 relays and their peers, side by side in one run, on loopback:
 - sockmap: zerolayer's in-kernel relay (sockhash + stream parser), which

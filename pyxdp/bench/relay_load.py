@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The load of the TCP relay benchmark (pyxdp/bench/relay.py): a generator
 process that streams 13-byte frames and a receiver process that reads and
 times them. Every relay of the bench gets the same two, with the same load.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The relays zerolayer's are benchmarked against, run on loopback beside
 them: socat (a process per connection), haproxy in `mode tcp`, and a small
 splice(2) relay in C (splice_relay.c, built by pyxdp.bench.c_build into the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer bench`: every performance figure zerolayer quotes, each
 against its floor side by side, in sections run one after the other.
 

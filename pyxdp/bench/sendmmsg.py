@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """UDP datagrams through sendmmsg(2), called with ctypes: the batched send
 a Python program can reach without a C extension, and the fairest socket
 peer of AF_XDP's batches in the bench's `tx` section.

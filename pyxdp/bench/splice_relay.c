@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A plain TCP relay, the floor zerolayer's relays are benchmarked against
  * (pyxdp/bench/relay_peers.py compiles it at bench time).
  *

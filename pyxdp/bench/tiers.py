@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The work a consumer of the delivery bench does per frame, in the three
 tiers of pyxdp.bench.TIERS, written once for the UDP socket and once for
 pyxdp so that both sides of a ratio do the same work:

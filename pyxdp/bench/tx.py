@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sending, the `tx` section of `zerolayer bench`: datagrams/s that reach
 the lab's dut0, counted by zerolayer's XDP counters there
 (`token_datagrams`), from three senders in the peer namespace on peer0,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """XDP path throughput on veth: datagrams/s that zerolayer's program counts
 on the lab's dut0, against a program that only counts and passes
 (bpf/xdp_count.c), under the same generator load from the peer.

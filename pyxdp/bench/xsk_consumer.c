@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The C ceiling of `zerolayer bench --section delivery`: an AF_XDP consumer
  * on libxdp that does in C what the bench's "touch" tier does in Python.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Delivery into Python: the same offered load into a UDP socket, into
 pyxdp.xsk and into a C consumer on libxdp, at each tier of work per frame
 (pyxdp.bench.tiers), in one run on one lab.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `zerolayer` command: a thin click layer over the pyxdp library.
 
 Each command module parses options, calls the library and prints. Expected

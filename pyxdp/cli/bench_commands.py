@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer bench` and `zerolayer replay`: measurements and traffic, each on
 a lab it builds itself (or, for the bench's relay section, on loopback; for
 replay, into an interface you name)."""

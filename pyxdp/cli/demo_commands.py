@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer demo`: the main job on a lab it builds and removes itself."""
 
 import click

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer emit`: token datagrams out of an interface over AF_XDP transmit."""
 
 import re

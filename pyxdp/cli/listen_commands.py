@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer listen`: token frames from AF_XDP sockets, as JSON lines or a live view."""
 
 import json

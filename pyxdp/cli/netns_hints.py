@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where else zerolayer is: hints for a command run without --netns.
 
 zerolayer's pin tree (pins.ROOT) names the namespaces it is attached in, as

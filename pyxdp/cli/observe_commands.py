@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Watching zerolayer run: a Prometheus exporter and a live terminal view,
 both for every interface with pins under /sys/fs/bpf/zerolayer/ (or, with
 --netns, those of one namespace)."""

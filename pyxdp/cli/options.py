@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The options several commands share, spelled and explained once."""
 
 import click

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TCP token streams: `zerolayer relay` (the in-kernel frame relay), and the
 test token server and client, `zerolayer serve` and `zerolayer send`."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Plain-text rendering shared by the commands: tables and counters."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer tune`: apply a host tuning profile, revert it, verify it."""
 
 import click

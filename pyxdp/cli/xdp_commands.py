@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Commands for the XDP data path: attach, detach, status, stats, config."""
 
 import click

@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the kernel offers, in Python: the bpf(2) syscall, bpffs, network namespaces, capabilities, ethtool channels, signals."""

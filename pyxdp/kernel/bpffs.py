@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The BPF filesystem, where pinned objects outlive the process that made them."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The bpf(2) system call through ctypes: pins, map elements, object info,
 BPF_PROG_TEST_RUN and helper probes.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What zerolayer asks a driver through SIOCETHTOOL: the rx queues it runs
 (ethtool's channels) and whether GRO is on.
 

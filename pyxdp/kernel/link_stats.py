@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An interface's own packet counters (IFLA_STATS64, what `ip -s link`
 prints), read with rtnetlink inside a network namespace: what a sender
 reports next to its socket's counts, since a frame the kernel completed

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Named network namespaces: create, remove, and enter from the current thread.
 
 setns(CLONE_NEWNET) moves only the calling thread, and a socket stays in the

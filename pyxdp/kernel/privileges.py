@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks that the process may load BPF programs and change links."""
 
 from pyxdp.errors import ZerolayerError

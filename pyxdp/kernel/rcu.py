@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Wait, from user space, until every BPF program running now has finished.
 
 An XDP program runs inside an RCU read-side section (softirq, or

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The running kernel's version, for the few behaviours no cheap probe shows
 (a veth's NAPI, for one: pyxdp.xdp.egress)."""
 

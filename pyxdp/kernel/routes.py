@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where a datagram to an address goes, as the kernel would send it: the
 route (egress interface, source address, gateway, MTU) and the next hop's
 neighbour entry (its MAC), read with rtnetlink (pyroute2) inside a network

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ctrl-C and SIGTERM, two ways: as an Event for long-running commands,
 whose main thread waits on it and stops things in order rather than being
 interrupted anywhere; and as an exception that unwinds `with` blocks, for

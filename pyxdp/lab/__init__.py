@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """Labs of namespaces and veth pairs, token traffic, the line-rate generator, replay and the demo."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer demo`: the main job on a lab it builds and removes itself.
 
 It attaches to the lab's dut0 with flow tracking on and registers an AF_XDP

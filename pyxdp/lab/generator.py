@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A line-rate packet generator: BPF_PROG_TEST_RUN with
 BPF_F_TEST_XDP_LIVE_FRAMES runs bpf/xdp_tx.c over template packets and
 transmits every frame on a real interface, without a socket or an skb on the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Replay token traffic with its recorded cadence, into an interface or a lab.
 
 Two sources, each turned into a timeline of (seconds from start, frame):

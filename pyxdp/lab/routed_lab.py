@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A routed lab: a sender, a router and a receiver in three network
 namespaces, joined by two veth pairs.
 

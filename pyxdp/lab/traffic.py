@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Token traffic as scapy packets, and sending it from a lab's peer.
 
 A conversation is what an inference gateway sees per stream: a REQUEST, the

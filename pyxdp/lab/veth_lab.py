@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A lab of two network namespaces joined by a veth pair.
 
     [netns <tag>-peer]  peer0 ==== dut0  [netns <tag>-dut]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer exporter`: Prometheus metrics for every interface zerolayer
 has pins for, read at each scrape from the pinned maps (no compile, no
 state of its own).

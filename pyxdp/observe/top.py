@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer top`: a live view of every attached interface, its rates, its
 busiest flows and its token gap histogram, refreshed like xdp-bench and htop.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The counter schema: the order of struct zl_counters (bpf/zl_structs.h) and
 the JSON shape of `zerolayer stats` (docs/spec.md §3).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A token datagram (a UDP payload of frames), judged by the reference judge
 and then decoded: the frames, or FrameError naming the malformed reason."""
 

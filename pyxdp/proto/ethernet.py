@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The link layer around token datagrams: Ethernet and VLAN constants, and
 how much a frame may carry beyond the link's MTU (docs/spec.md §1.3).
 

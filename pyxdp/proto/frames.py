@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The token frame codec (docs/spec.md §1, and §4.1 for TCP).
 
 A frame is a 4-byte big-endian payload length, one type byte, and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reference judge: docs/spec.md §1 to §3 in plain Python.
 
 judge_datagram() decides a UDP payload, udp_checksum() its datagram's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The token frame as a scapy layer, so tests, pcaps and `sniff()` dissect
 token traffic the way scapy users expect:
 

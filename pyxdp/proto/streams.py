@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reassemble a token stream from its frames: REQUEST ... TOKEN text ... DONE."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reference relay: the same job as pyxdp/relay/sockmap_relay.py, done in userspace
 with asyncio, every frame validated by pyxdp.proto.frames.StreamDecoder.
 

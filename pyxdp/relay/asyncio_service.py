@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An asyncio service on a thread of its own, optionally serving a TCP
 listener: serve_forever() blocks; start() runs it in a thread and returns
 once it is ready; stop() ends it. The token server and the asyncio relay are

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The TCP frame relay's kernel side: bpf/sk_relay.c's stream parser and
 verdict, attached to a sockhash of relayed sockets, and typed access to the
 relay's maps.

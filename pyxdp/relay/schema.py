@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What both relays report, in the same names (docs/spec.md §4): the
 counters of struct zl_sk_counters (bpf/zl_sk_structs.h) and why a relayed
 pair was closed. Userspace-only code (the asyncio relay, the CLI) reads

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Socket-level helpers shared by the relays, the token server and client,
 and the relay benchmark: ADDR:PORT parsing, and what the kernel knows about
 a TCP socket that the sockmap relay needs (its cookie, bytes in and out).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer relay`: a TCP token-frame relay whose data path is the kernel.
 
 Each client gets its own upstream connection. The two sockets join the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A test token server and client over TCP: `zerolayer serve` and
 `zerolayer send`.
 

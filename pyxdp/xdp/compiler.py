@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Compile and load the C programs with bcc, and turn its failures into one
 line each.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ways out for forwarded datagrams: the egress devmap, and what the
 kernel must allow before bpf_fib_lookup routes anything (docs/spec.md §2.1).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per-flow token cadence, as the XDP program records it (bpf/zl_flows.h):
 the flow table's decoding, gap percentiles from the log2 histogram, the
 `zerolayer stats --flows` report, and one read of every attached interface

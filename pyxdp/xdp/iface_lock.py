@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One lock per interface. Every command that changes an interface's
 zerolayer state (attach, upgrade, config, forward on/off, detach) holds it
 from its first check to its last write, so two never interleave:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Change a running zerolayer's token ports, malformed policy, flow tracking
 and forwarding by writing its pinned maps: no recompile, no reattach, no gap."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """attach and detach: compile, load, configure, attach atomically, pin.
 
 The order matters. Each command holds the interface's lock throughout

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """zerolayer's maps, opened from pins (a fresh process) or from fds (a
 program bcc just loaded), with typed access.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """XDP attachment through rtnetlink (pyroute2): query, attach, replace, detach.
 
 bcc's attach_xdp cannot do XDP_FLAGS_REPLACE. Netlink can: with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Who owns the XDP program on an interface, read from the kernel.
 
 A program is zerolayer's when it uses the counters map pinned in the

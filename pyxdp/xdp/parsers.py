@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The two builds of the XDP parser (docs/spec.md §1.7), which one this
 kernel gets, and which one a loaded program is.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where zerolayer pins its objects in bpffs, and how they are removed.
 
   /sys/fs/bpf/zerolayer/IFACE/            an interface of this network namespace

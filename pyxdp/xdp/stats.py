@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Counters of an attached zerolayer, read from its pins (no compile), and
 per-interval rates as xdp-bench prints them."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Packet in, verdict and counters out: zerolayer's program under
 BPF_PROG_TEST_RUN, as Katran tests its balancer.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* pyxdp.xsk._core: the per-batch work of receiving and sending on AF_XDP,
  * compiled, so that a batch costs a C call and a loop instead of dozens of
  * numpy calls (pyxdp/xsk/core.py says what calls it and when).

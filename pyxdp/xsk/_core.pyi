@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The compiled core (pyxdp/xsk/_core.c): buffers are anything with the
 # buffer protocol (numpy arrays, bytearrays); rings are the addresses of
 # libxdp's ring structs (pyxdp.xsk.core.ring_address).

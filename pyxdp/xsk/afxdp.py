@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An AF_XDP socket bound to one (interface, queue): what receiving
 (pyxdp/xsk/socket.py) and transmitting (pyxdp/xsk/tx.py) have in common.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AF_XDP batches in an asyncio program, without a thread:
 
     async for batch in xsk.batches():

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A batch of datagrams received on an AF_XDP socket, with zero-copy access.
 
 A Batch holds copies of the RX descriptors (chunk address and length per

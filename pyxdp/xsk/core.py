@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which core does the per-batch work of pyxdp.xsk: the compiled one
 (pyxdp/xsk/_core.c, built by `pip install` where gcc and the Python
 headers exist) or the pure one (numpy and libxdp through ctypes).

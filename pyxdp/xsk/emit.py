@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer emit`: a token source over AF_XDP transmit (pyxdp.xsk.sender).
 
 It sends COUNT datagrams (or until stopped), each of FRAMES_PER_DATAGRAM

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The token frames of a received batch as numpy arrays, found by a walk
 vectorised over the whole batch.
 

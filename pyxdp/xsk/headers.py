@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Ethernet, IPv4 or IPv6, and UDP headers of datagrams sent over
 AF_XDP, written into UMEM a batch at a time.
 

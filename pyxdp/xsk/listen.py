@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer listen`: the token frames zerolayer's XDP program redirects,
 read from one AF_XDP socket per rx queue, a batch at a time.
 

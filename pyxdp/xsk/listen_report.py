@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What `zerolayer listen` says when it stops (docs/spec.md §5.7): per
 queue, the datagrams and frames delivered, those the socket lost and why
 (the kernel's XDP_STATISTICS), those broken and those left unread."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AF_XDP socket statistics, published by the process that owns the socket.
 
 getsockopt(XDP_STATISTICS) answers only on the socket's own fd. The kernel

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`zerolayer listen --json` lines (docs/spec.md §5.7), a batch at a time.
 
 Each line is exactly what json.dumps() prints for the record

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The rings of an AF_XDP socket: memory shared with the kernel, as numpy
 views, whose producer and consumer indices move through libxdp.
 

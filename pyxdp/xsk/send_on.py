@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sending on what was received, without copying it: a receiving XskSocket
 and a transmitting XskTxSocket on the same queue share one UMEM
 (XDP_SHARED_UMEM), so a datagram the kernel wrote into a chunk is sent

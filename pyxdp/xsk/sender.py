@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TokenSender: token frames to one UDP destination over AF_XDP, without
 the socket layer: each datagram is written into a UMEM chunk, headers and
 all, and handed to the kernel by descriptor.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How big `zerolayer listen` makes each queue's AF_XDP socket, and what
 that costs. Plain numbers, so the CLI's --help can state them without
 loading the socket code.

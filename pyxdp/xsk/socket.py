@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AF_XDP sockets for Python: frames from zerolayer's XDP program, in batches.
 
     with XskSocket("dut0", queue=0, netns="lab-dut") as xsk:

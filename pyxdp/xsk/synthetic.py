@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AF_XDP without a kernel: a UMEM and rings in anonymous memory, with the
 caller playing the kernel's side. The rings are pyxdp.xsk.rings' own
 classes over that memory, so both cores (pyxdp/xsk/core.py) run on them

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sending whole frames on an AF_XDP socket: XskTxSocket.
 
 A transmit socket needs no XDP program on the interface. It owns a UMEM

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The kernel conformance suite on the kernel this runs on (a VM's, or the
 # host's): provisioning, then the tests marked `kernel` (with --smoke, only
 # those also marked `smoke`: one or two per column of the kernel table), with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build (once) and print the directory of a bootable Debian test image.
 #
 #   bash vagrant/vm/image.sh 5.10    Debian 11's kernel in a Debian 12 userspace

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Print the archive's current version of a package in each given suite.
 
     kernel_index.py CACHE_DIR PACKAGE URI SUITE [URI SUITE ...]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Turn the capability reports of conformance runs (tests/capabilities.py
 writes one per kernel) into the README's kernel table.
 

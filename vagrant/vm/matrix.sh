@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The kernel matrix: the conformance suite (conformance.sh) on each kernel,
 # then the kernel x capability table made from what the runs reported.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Boot a Debian test image under qemu and run one command inside it, as root,
 # in the repository (shared in over 9p at the same absolute path as here).
 #
