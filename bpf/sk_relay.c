@@ -4,6 +4,9 @@
  * frames; the verdict redirects each message to the paired socket, so frames
  * go from upstream to client (and requests the other way) without entering
  * userspace, and never a partial one. */
+// clang-format off: bcc makes these tokens the license string the kernel gets
+#define BPF_LICENSE Dual BSD/GPL
+// clang-format on
 #include <uapi/linux/bpf.h>
 
 #include "zl_consts.h"

@@ -3,6 +3,9 @@
  * and hand valid ones to the AF_XDP socket of their rx queue, or, with
  * forwarding on, route those for another host out of another interface.
  * Verdicts and counters are those of docs/spec.md sections 2 and 3. */
+// clang-format off: bcc makes these tokens the license string the kernel gets
+#define BPF_LICENSE Dual BSD/GPL
+// clang-format on
 #include <uapi/linux/bpf.h>
 
 #include "zl_consts.h"

@@ -10,9 +10,12 @@
  * live-frames mode recycles pages without restoring their bytes (only
  * data, data_end and data_meta are reset): a frame may still hold whatever
  * an earlier repetition wrote into it. */
+// clang-format off: bcc makes these tokens the license string the kernel gets
+#define BPF_LICENSE Dual BSD/GPL
+// clang-format on
 #include <uapi/linux/bpf.h>
 
-/* From the loader (pyxdp/lab/generator_maps.py and pyxdp/proto/ethernet.py,
+/* From the loader (pyxdp/lab/generator.py and pyxdp/proto/ethernet.py,
  * through pyxdp.xdp.compiler.shared_defines): the longest template
  * (ZL_GEN_MAX_LEN), how many templates (ZL_GEN_TEMPLATES) and schedule slots
  * (ZL_GEN_SLOTS), and the shortest frame, an Ethernet header (ZL_ETH_HLEN). */
@@ -21,7 +24,7 @@
 #error "the generator's sizes are defined by the loader (docs/spec.md section 7.2)"
 #endif
 
-/* Map values: pyxdp/lab/generator_maps.py has them field by field (change
+/* Map values: pyxdp/lab/generator.py has them field by field (change
  * both together; tests/test_layouts.py compares them). */
 struct zl_gen_template {
 	__u32 len;

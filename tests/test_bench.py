@@ -7,9 +7,8 @@ numbers belong to the benchmark, not to the tests."""
 
 import pytest
 
-from bench_helpers import DELIVERY_KEYS, assert_figure, bench_json
 from pyxdp.bench import runner as bench
-from test_bench_tx import TX_KEYS
+from support.bench_helpers import DELIVERY_KEYS, TX_KEYS, assert_figure, bench_json
 
 pytestmark = pytest.mark.root
 
@@ -64,17 +63,17 @@ def test_the_default_run_produces_every_key_in_order(quick_run):
     report, plot, progress = quick_run
     assert list(report) == [*DEFAULT_KEYS, "plot"]
     assert report["quick"] is True
-    check_parser(report, bench.QUICK.parser_rounds)
-    check_xdp(report, bench.QUICK.xdp_rounds)
+    check_parser(report, bench.QUICK.sections["parser"].rounds)
+    check_xdp(report, bench.QUICK.sections["xdp"].rounds)
     for key in ("xsk_fps", "udp_fps", "delivery_ratio", "xsk_lost", "udp_lost",
                 "xsk_touch_fps", "udp_touch_fps", "delivery_touch_ratio", "xsk_act_fps",
                 "udp_act_fps", "delivery_act_ratio", "c_touch_fps", "xsk_touch_vs_c_ratio"):
-        assert_figure(report[key], bench.QUICK.delivery_rounds)
+        assert_figure(report[key], bench.QUICK.sections["delivery"].rounds)
     assert report["xsk_mode"] in ("copy", "zero-copy")
     assert report["xsk_fps"]["median"] > 0 and report["udp_fps"]["median"] > 0
     assert report["delivery_last_round"]["frames_offered"] == report["delivery_frames_offered"]
     assert {"kernel", "cpus", "arch"} <= set(report["machine"])
-    check_forward(report, bench.QUICK.forward_rounds)
+    check_forward(report, bench.QUICK.sections["forward"].rounds)
     assert [t["key"] for t in report["targets"]] == [
         "parser_ratio.4", "xdp_ratio", "delivery_touch_ratio", "delivery_touch_ratio",
         "xsk_touch_vs_c_ratio", "tx_ratio.xdp.vs_sendto", "tx_ratio.xdp.vs_sendto",

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The delivery bench's C ceiling, pyxdp/bench/xsk_consumer.c: built as the
+"""The delivery bench's C ceiling, pyxdp/bench/delivery/xsk_consumer.c: built as the
 bench builds it, it receives on a real lab exactly the token datagrams
 zerolayer redirects and walks every frame of each: its frame counts by type
 and the checksum of what it read (type, length, payload's first byte) match
@@ -17,13 +17,13 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 
-from pyxdp.bench import c_consumer, xsk_vs_udp
+from pyxdp.bench.delivery import c_consumer, xsk_vs_udp
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import traffic
 from pyxdp.lab.generator import Mix
 from pyxdp.proto import frames
 from pyxdp.proto.frames import FrameType
-from xdp_helpers import live_generator
+from support.xdp_helpers import live_generator
 
 SENT = 12_000
 RATE = 20_000  # paced: a chunk (a tenth of a second) fits the 4096-entry RX ring

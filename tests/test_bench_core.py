@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from pyxdp.bench import core_cost
+from pyxdp.bench.core import cost as core_cost
 from pyxdp.xsk import core
 
 

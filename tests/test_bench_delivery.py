@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from bench_helpers import DELIVERY_KEYS, assert_figure, bench_json
-from pyxdp.bench import TIERS, delivery_keys
+from pyxdp.bench.delivery.section import delivery_keys
+from pyxdp.bench.delivery.tiers import TIERS
+from support.bench_helpers import DELIVERY_KEYS, assert_figure, bench_json
 
 pytestmark = pytest.mark.root
 

@@ -10,7 +10,9 @@ import errno
 import pytest
 from pyroute2 import IPRoute
 
-from pyxdp.bench import xdp_path, xsk_vs_udp
+from pyxdp.bench import xdp_path
+from pyxdp.bench.delivery import xsk_vs_udp
+from pyxdp.bench.floors import CountProgram
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import generator
 from pyxdp.xdp import ownership, pins
@@ -52,7 +54,7 @@ def test_xdp_path_measurement_fails_when_its_generator_thread_dies(attached, orp
     token = TokenProgram(pin_dir=pins.pin_dir(lab.dut.ifname, lab.dut.netns))
     mix = generator.Mix.single(generator.token_mix(lab).templates[0])
     with pytest.raises(ZerolayerError) as excinfo:
-        xdp_path.measure(lab, token, xdp_path.CountProgram(), orphan_generator, mix, rounds=3,
+        xdp_path.measure(lab, token, CountProgram(), orphan_generator, mix, rounds=3,
                          settle_s=0.01, window_s=0.05, chunk=1000)
     assert_failed_with_enodev(excinfo)
     # The measurement put zerolayer's program back on dut0 on its way out.

@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from bench_helpers import usage_error
-from cli_runner import ZEROLAYER
-from pyxdp.bench import SECTIONS
-from pyxdp.bench import relay as relay_bench
 from pyxdp.bench import runner as bench
 from pyxdp.bench.figures import figure, figure_of
-from xdp_helpers import one_line_error
+from pyxdp.bench.registry import SECTIONS
+from pyxdp.bench.relay import section as relay_bench
+from support.bench_helpers import usage_error
+from support.cli_runner import ZEROLAYER
+from support.xdp_helpers import one_line_error
 
 NOT_STARTED = ("compiling", "parser cost", "TCP relay")
 
@@ -88,12 +88,16 @@ def test_nothing_imports_matplotlib_before_a_plot_is_drawn(without_matplotlib):
 def test_the_plan_takes_what_the_options_give():
     plan = bench.plan(quick=True, rounds=3, delivery_frames=5000, relay_streams=[4, 1, 4],
                       relay_frames=8000)
-    assert (plan.parser_rounds, plan.xdp_rounds, plan.delivery_rounds) == (3, 3, 3)
-    assert plan.delivery_frames == 5000 and plan.quick
-    assert plan.parser_repeats == bench.QUICK.parser_repeats
-    assert plan.relay == relay_bench.Plan(rounds=3, flood_frames=8000,
-                                          paced_s=relay_bench.QUICK.paced_s, streams=(4, 1))
+    own = plan.sections
+    assert [p.rounds for p in own.values()] == [3] * len(SECTIONS)
+    assert own["delivery"].frames == 5000 and plan.quick
+    assert own["parser"].repeats == bench.QUICK.sections["parser"].repeats
+    assert own["tx"] == bench.QUICK.sections["tx"].__class__(rounds=3, datagrams=20_000)
+    assert own["relay"] == relay_bench.Plan(rounds=3, flood_frames=8000,
+                                            paced_s=relay_bench.QUICK.paced_s, streams=(4, 1))
     assert bench.plan() == bench.FULL and bench.plan(quick=True) == bench.QUICK
+    with pytest.raises(TypeError, match="no bench section takes nosuch_option"):
+        bench.plan(nosuch_option=1)
 
 
 def test_figures_and_targets():
@@ -102,23 +106,26 @@ def test_figures_and_targets():
     report = {"parser_ratio": {"4": figure([2.5])}, "xdp_ratio": figure([0.9]),
               "delivery_ratio": figure([9.0]), "delivery_touch_ratio": figure([2.4]),
               "xsk_touch_vs_c_ratio": figure([0.7])}
-    met = [(t["key"], t["kind"], t["met"]) for t in bench.targets(report)]
+    met = [(t["key"], t["kind"], t["met"])
+           for t in bench.targets(report, ["parser", "xdp", "delivery"])]
     assert met == [("parser_ratio.4", "target", False), ("xdp_ratio", "target", True),
                    ("delivery_touch_ratio", "target", True),
                    ("delivery_touch_ratio", "goal", False),
                    ("xsk_touch_vs_c_ratio", "target", False)]
     # a section not run has no targets
-    assert [t["key"] for t in bench.targets({"xdp_ratio": figure([0.5])})] == ["xdp_ratio"]
+    assert [t["key"] for t in bench.targets({"xdp_ratio": figure([0.5])}, ["xdp"])] == [
+        "xdp_ratio"]
     # nor has a figure that was skipped (the C consumer, without a compiler)
     skipped = {"delivery_touch_ratio": figure([2.4]), "xsk_touch_vs_c_ratio": None}
-    assert [t["key"] for t in bench.targets(skipped)] == ["delivery_touch_ratio"] * 2
+    assert [t["key"] for t in bench.targets(skipped, ["delivery"])] == [
+        "delivery_touch_ratio"] * 2
 
 
 def test_the_relay_targets_name_their_figures():
     ratios = {"throughput_vs_asyncio": figure([4.0]), "paced_p99_vs_asyncio": figure([1.2])}
     report = {"relay": {"results": {"1": {"sockmap_ratio": ratios},
                                     "64": {"sockmap_ratio": {}}}}}  # 64: a way failed
-    got = bench.targets(report)
+    got = bench.targets(report, ["relay"])
     assert [(t["measured"], t["met"]) for t in got] == [(4.0, True), (1.2, False)]
     assert [figure_of(report, t["key"]) for t in got] == [
         ratios["throughput_vs_asyncio"], ratios["paced_p99_vs_asyncio"]]

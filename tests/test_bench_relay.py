@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from bench_helpers import FIGURE_KEYS, bench_json
-from cli_runner import run_cli
-from pyxdp.bench import relay as relay_bench
+from pyxdp.bench.relay import section as relay_bench
+from support.bench_helpers import FIGURE_KEYS, bench_json
+from support.cli_runner import run_cli
 
 pytestmark = pytest.mark.root
 

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from pyxdp.bench import tiers
+from pyxdp.bench.delivery import tiers
 from pyxdp.proto import frames
 from pyxdp.proto.frames import FrameType
 

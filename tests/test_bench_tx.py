@@ -6,15 +6,12 @@ says it dropped. No assertion here is about speed."""
 
 import pytest
 
-from bench_helpers import assert_figure, bench_json
 from pyxdp.bench import runner as bench
-from pyxdp.bench import tx as tx_bench
+from pyxdp.bench.tx import senders as tx_bench
+from support.bench_helpers import TX_KEYS, assert_figure, bench_json
 
 pytestmark = pytest.mark.root
-
-# docs/spec.md §5.9, in order
-TX_KEYS = ["tx_mode", "tx_load", "tx_datagrams", "tx_sinks", "tx_dps", "tx_ratio", "tx_lost",
-           "tx_cpu", "tx_last_round"]
+QUICK_DATAGRAMS = bench.QUICK.sections["tx"].datagrams
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +25,8 @@ def report(tmp_path_factory):
 
 def test_the_tx_section_produces_every_key_in_order(report):
     assert list(report) == ["machine", "quick", *TX_KEYS, "targets", "duration_s", "plot"]
-    rounds = bench.QUICK.tx_rounds
-    assert report["tx_mode"] == "copy" and report["tx_datagrams"] == tx_bench.QUICK_DATAGRAMS
+    rounds = bench.QUICK.sections["tx"].rounds
+    assert report["tx_mode"] == "copy" and report["tx_datagrams"] == QUICK_DATAGRAMS
     for sink in tx_bench.SINKS:
         assert list(report["tx_dps"][sink]) == list(tx_bench.SENDERS)
         for figs in (report["tx_dps"][sink], report["tx_lost"][sink], report["tx_ratio"][sink]):
@@ -46,12 +43,12 @@ def test_every_run_is_accounted_for_at_dut0(report):
         last = report["tx_last_round"][sink]
         assert sorted(last["order"]) == sorted(tx_bench.SENDERS)
         for name, run in last["runs"].items():
-            assert run["submitted"] == tx_bench.QUICK_DATAGRAMS, name
+            assert run["submitted"] == QUICK_DATAGRAMS, name
             assert run["arrived"] + run["lost"] == run["submitted"], name
             assert run["arrived"] > 0 and run["cpu"]["busy"] > 0, name
         tally = last["runs"]["tokensender"]["tally"]
-        assert tally["submitted"] == tally["completed"] == tx_bench.QUICK_DATAGRAMS
-        assert last["runs"]["sendmmsg"]["calls"] >= tx_bench.QUICK_DATAGRAMS // tx_bench.MMSG_BATCH
+        assert tally["submitted"] == tally["completed"] == QUICK_DATAGRAMS
+        assert last["runs"]["sendmmsg"]["calls"] >= QUICK_DATAGRAMS // tx_bench.MMSG_BATCH
     # Every datagram that reached the AF_XDP sink, but the first chunks' worth
     # it took, was dropped at the socket: it did no more than it says.
     xdp = report["tx_sinks"]["xdp"]

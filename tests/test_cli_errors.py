@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from cli_runner import ZEROLAYER
 from pyxdp.xdp import compiler, pins
-from xdp_helpers import one_line_error
+from support.cli_runner import ZEROLAYER
+from support.xdp_helpers import one_line_error
 
 pytestmark = pytest.mark.root
 

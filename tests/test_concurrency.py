@@ -19,13 +19,13 @@ import time
 
 import pytest
 
-from cli_runner import ZEROLAYER
 from pyxdp.kernel import bpfsys
 from pyxdp.lab import generator, traffic
 from pyxdp.proto import frames
 from pyxdp.xdp import iface_lock, pins
 from pyxdp.xdp.maps import ZerolayerMaps
-from xdp_helpers import flat_counters, one_line_error, rx_packets, xdp_state
+from support.cli_runner import ZEROLAYER
+from support.xdp_helpers import flat_counters, one_line_error, rx_packets, xdp_state
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 

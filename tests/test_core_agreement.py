@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pyxdp.xsk import core
 from pyxdp.xsk.batch import Batch
-from synthetic_umem import batch_of
+from support.synthetic_umem import batch_of
 
 
 def _everything(batch: Batch) -> tuple:

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cli_runner import ZEROLAYER
 from pyxdp.lab import traffic
 from pyxdp.observe import exporter
 from pyxdp.proto import counters, datagram, frames
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader, parsers
+from support.cli_runner import ZEROLAYER
 
 pytestmark = pytest.mark.root
 

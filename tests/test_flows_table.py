@@ -9,12 +9,12 @@ import struct
 
 import pytest
 
-from packets import SRC6, ether, ipv4, ipv6, token_frames, udp
 from pyxdp.kernel import bpfsys
 from pyxdp.proto import frames, judge
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import flows
 from pyxdp.xdp.maps import FLOW, FLOW_KEY, GAP_BUCKETS
+from support.packets import SRC6, ether, ipv4, ipv6, token_frames, udp
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel, pytest.mark.capability("flows")]
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""XDP forwarding (docs/spec.md §2.2) through a real router: three
+"""XDP forwarding (docs/spec.md §2.1) through a real router: three
 namespaces, sender -> router -> receiver (pyxdp/lab/routed_lab.py), with
 zerolayer attached to the router's ingress and datagrams counted exactly at
 a UDP socket in the receiver's namespace and in the router's counters."""
@@ -24,7 +24,7 @@ from pyxdp.proto import counters, frames, judge
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import egress, loader, netlink, stats
 from pyxdp.xdp.testrun import TokenProgram
-from tx_helpers import UdpReceiver, udp_counters_in
+from support.tx_helpers import UdpReceiver, udp_counters_in
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 FORWARDING = pytest.mark.capability("xdp_forwarding")

@@ -3,7 +3,7 @@
 packets laid out as the kernel lays them in chunks, walked by Batch.frames()
 and held to the reference decoder and judge, datagram by datagram. The same
 walk on real AF_XDP sockets is tests/test_xsk_frames.py. Every test runs on
-both cores (tests/core_fixtures.py); tests/test_core_agreement.py holds
+both cores (tests/support/core_fixtures.py); tests/test_core_agreement.py holds
 them to each other on arbitrary bytes, where no reference judge answers."""
 
 import random
@@ -11,11 +11,11 @@ import random
 import numpy as np
 import pytest
 
-from packets import build, random_token_packet, random_token_payload, token_frames
 from pyxdp.proto import datagram, frames, judge
 from pyxdp.proto.frames import MAX_FRAMES, FrameType
 from pyxdp.xsk.batch import Batch
-from synthetic_umem import CHUNK, SyntheticUmem, batch_of
+from support.packets import build, random_token_packet, random_token_payload, token_frames
+from support.synthetic_umem import CHUNK, SyntheticUmem, batch_of
 
 pytestmark = pytest.mark.usefixtures("each_core")
 
@@ -28,7 +28,7 @@ def udp_payload(pkt: bytes) -> bytes:
 
 
 def endpoints_of(family: int) -> tuple[str, str]:
-    """Source and destination of a tests/packets.py datagram."""
+    """Source and destination of a tests/support/packets.py datagram."""
     if family == 4:
         return f"{SRC4}:40000", f"{DST4}:{frames.DEFAULT_PORT}"
     return f"[{SRC6}]:40000", f"[{DST6}]:{frames.DEFAULT_PORT}"

@@ -20,8 +20,8 @@ from pyxdp.lab import traffic
 from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.proto import counters, frames, judge
 from pyxdp.xdp import loader, parsers
-from tx_helpers import UdpReceiver
-from xdp_helpers import flat_counters
+from support.tx_helpers import UdpReceiver
+from support.xdp_helpers import flat_counters
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
@@ -93,7 +93,7 @@ def _direct_parser_on_big_skb_datagrams(record_property=None):
             arrived = sorted(data for data, _ in receiver.drain(expect=5))
         finally:
             receiver.close()
-        from cli_runner import run_cli
+        from support.cli_runner import run_cli
 
         got = flat_counters(run_cli, lab)
     assert got == traffic.expected_counters(packets, direct=True)

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from packets import build, token_frames
 from pyxdp.proto import datagram, judge
 from pyxdp.proto.frames import FrameType, encode
 from pyxdp.xsk import records, sizing
 from pyxdp.xsk.afxdp import XskStatistics
 from pyxdp.xsk.listen_report import ListenReport, QueueReport, QueueTally
-from synthetic_umem import batch_of
+from support.packets import build, token_frames
+from support.synthetic_umem import batch_of
 
 AWKWARD = [
     b"", b"hello", "café ☕".encode(), "\U0001F600 beyond the BMP".encode(),

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from xdp_helpers import one_line_error
+from support.xdp_helpers import one_line_error
 
 pytestmark = pytest.mark.root
 

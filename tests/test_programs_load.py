@@ -8,11 +8,11 @@ it in one line that says so."""
 
 import pytest
 
-from pyxdp.bench.xdp_path import CountProgram
+from pyxdp.bench.floors import CountProgram, PassProgram
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import generator
 from pyxdp.relay.datapath import RelayDataPath
-from pyxdp.xdp import compiler, testrun
+from pyxdp.xdp import compiler
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel, pytest.mark.smoke]
 
@@ -23,7 +23,7 @@ PROGRAMS = {
     "xdp_tx.c (the generator)": lambda: generator.load_program(),
     "xdp_count.c (bench floor)": CountProgram,
     "xdp_count.c (forwarding bench sink)": lambda: CountProgram("drop"),
-    "xdp_pass.c (bench floor)": lambda: compiler.load(*testrun.PASS_PROGRAM),
+    "xdp_pass.c (bench floor)": PassProgram,
     "sk_relay.c (the TCP relay)": RelayDataPath,
 }
 

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from cli_runner import ZEROLAYER
 from pyxdp.kernel import release
 from pyxdp.relay.datapath import OFFSETS_KEPT_SINCE
 from pyxdp.xdp import compiler
+from support.cli_runner import ZEROLAYER
 
 pytestmark = pytest.mark.root
 

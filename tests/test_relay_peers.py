@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The relay bench's peers (pyxdp/bench/relay_peers.py) end with the run
+"""The relay bench's peers (pyxdp/bench/relay/peers.py) end with the run
 that started them, however it ends: socat and haproxy know nothing of
 their parent, so a bench killed outright (SIGKILL, a test's timeout: no
 `finally` runs) must not leave them listening on loopback. The next run
@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from pyxdp.bench import relay_peers
+from pyxdp.bench.relay import peers as relay_peers
 
 STARTER = """
 import json, sys, time
-from pyxdp.bench import relay_peers
+from pyxdp.bench.relay import peers as relay_peers
 started, skipped = relay_peers.start_all("127.0.0.1:9", [sys.argv[1]])
 peer = started[sys.argv[1]]
 print(json.dumps({"pid": peer.proc.pid, "workdir": peer.workdir}), flush=True)

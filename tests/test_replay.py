@@ -13,7 +13,7 @@ from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.proto import counters, datagram, frames
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader, stats
-from xdp_helpers import one_line_error
+from support.xdp_helpers import one_line_error
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ROUTE = lab_mod.Lab()  # not entered: only its fixed addresses, as packets carry them

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The C splice relay the bench measures zerolayer's relays against
-(pyxdp/bench/splice_relay.c): bytes go through it intact both ways, an EOF
+(pyxdp/bench/relay/splice_relay.c): bytes go through it intact both ways, an EOF
 is passed on while the other direction goes on, and stopping it leaves no
 process behind. It needs a C compiler, not root."""
 
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from pyxdp.bench import relay_peers
+from pyxdp.bench.relay import peers as relay_peers
 from pyxdp.relay import sockets as relay_sockets
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")

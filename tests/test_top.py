@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from cli_runner import ZEROLAYER
 from pyxdp.lab import traffic
 from pyxdp.xdp import parsers
+from support.cli_runner import ZEROLAYER
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")]

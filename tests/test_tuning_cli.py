@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tuning_fixtures import (
+from support.tuning_fixtures import (
     FAKE_NIC,
     ZEROLAYER,
     make_fake_root,

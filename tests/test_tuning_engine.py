@@ -14,7 +14,7 @@ import pytest
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.tuning import engine, profile
-from tuning_fixtures import (
+from support.tuning_fixtures import (
     ZEROLAYER,
     diff,
     namespace,

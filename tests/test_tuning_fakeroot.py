@@ -19,7 +19,7 @@ import pytest
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.tuning import engine, profile
-from tuning_fixtures import (
+from support.tuning_fixtures import (
     FAKE_NIC,
     ZEROLAYER,
     make_fake_root,

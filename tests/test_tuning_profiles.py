@@ -12,7 +12,7 @@ from pyxdp.tuning import profile
 from pyxdp.tuning.kind import FieldError, KnobSpec
 from pyxdp.tuning.qdisc import kind_known
 from pyxdp.tuning.registry import KINDS
-from tuning_fixtures import namespace, profile_text, write_profile
+from support.tuning_fixtures import namespace, profile_text, write_profile
 
 
 def test_three_profiles_ship():

@@ -7,7 +7,7 @@ import pytest
 
 from pyxdp.kernel import netns
 from pyxdp.tuning import sockopts
-from tuning_fixtures import ip, namespace
+from support.tuning_fixtures import ip, namespace
 
 pytestmark = pytest.mark.root
 

@@ -34,7 +34,8 @@ def test_the_unprivileged_tests_pass_as_nobody():
 def _run_as_nobody(copy: pathlib.Path) -> subprocess.CompletedProcess:
     copy = copy / "zerolayer"
     shutil.copytree(REPO, copy, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache"))
+        ".git", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache",
+        ".venv"))  # make unit's venv
     for path in [copy.parent, copy, *copy.rglob("*")]:
         os.chown(path, NOBODY, NOBODY)
     return subprocess.run(

@@ -12,8 +12,8 @@ import struct
 
 import pytest
 
-from packets import CHECKSUMS, build, ether, flip_payload_byte, ipv4, ipv6, udp
 from pyxdp.proto import frames, judge
+from support.packets import CHECKSUMS, build, ether, flip_payload_byte, ipv4, ipv6, udp
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 

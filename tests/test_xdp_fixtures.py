@@ -8,9 +8,9 @@ import struct
 
 import pytest
 
-from packets import build, ether, ipv4, ipv6, token_frames, udp
 from pyxdp.proto import counters, frames, judge
 from pyxdp.proto.frames import MAX_FRAMES
+from support.packets import build, ether, ipv4, ipv6, token_frames, udp
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 

@@ -15,7 +15,7 @@ from pyxdp.kernel import bpfsys
 from pyxdp.lab import traffic
 from pyxdp.proto import frames
 from pyxdp.xdp import netlink, pins
-from xdp_helpers import (
+from support.xdp_helpers import (
     flat_counters,
     live_generator,
     load_foreign,
@@ -228,8 +228,8 @@ def test_config_changes_ports_without_reloading(cli, lab):
 
 
 def test_stats_watch_prints_rates_until_interrupted(lab):
-    from cli_runner import ZEROLAYER
     from pyxdp.xdp import loader
+    from support.cli_runner import ZEROLAYER
 
     loader.attach(lab.dut.ifname, netns=lab.dut.netns)
     packets = traffic.mixed_traffic(lab)

@@ -14,7 +14,7 @@ from pyxdp.lab import traffic
 from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.proto import counters, frames, judge
 from pyxdp.xdp import loader, parsers
-from xdp_helpers import flat_counters
+from support.xdp_helpers import flat_counters
 
 pytestmark = pytest.mark.root
 
@@ -89,7 +89,7 @@ def test_big_skb_mode_datagrams_take_the_slow_reader():
         packets = [traffic.udp_packet(lab, p, sport=42000 + i) for i, p in enumerate(payloads)]
         assert all(len(bytes(p)) > 17000 for p in packets)
         traffic.send(lab, packets)
-        from cli_runner import run_cli
+        from support.cli_runner import run_cli
 
         got = settle(run_cli, lab, len(packets))
         assert got == traffic.expected_counters(packets)

@@ -13,9 +13,9 @@ import pytest
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import generator
-from pyxdp.proto import counters
-from pyxdp.xdp import stats
 from pyxdp.xsk.socket import XskSocket
+from support.loop_ticker import LoopTicker
+from support.xsk_helpers import xdp_counters
 
 # A consumer that never wakes would hang its event loop: fail in a minute.
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
@@ -28,18 +28,12 @@ SMALL_UMEM = 256
 GUARD_S = 20  # a wait that would otherwise hang fails after this long
 
 
-
-
 def open_xsk(lab, **options) -> XskSocket:
     return XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, **options)
 
 
 def tokens(lab) -> generator.Mix:
     return generator.Mix.single(generator.token_mix(lab, frames_per_datagram=1).templates[0])
-
-
-def redirected(lab) -> int:
-    return counters.flatten(stats.read(lab.dut.ifname, lab.dut.netns)["counters"])["redirected"]
 
 
 def registered(fd: int) -> bool:
@@ -89,34 +83,28 @@ def test_every_datagram_arrives_through_async_for(rig, release_itself):
             assert not registered(xsk.fileno())
             return got, xsk.statistics()
 
-    before = redirected(lab)
+    before = xdp_counters(lab)["redirected"]
     got, statistics = asyncio.run(main())
     assert got == n
     assert statistics.lost == 0
-    assert redirected(lab) - before == n
+    assert xdp_counters(lab)["redirected"] - before == n
 
 
 def test_the_loop_runs_other_tasks_while_the_socket_waits(rig):
     lab, gen = rig
-    ticks = 0
-
-    async def ticker(until: asyncio.Task) -> None:
-        nonlocal ticks
-        while not until.done():
-            ticks += 1
-            await asyncio.sleep(0)
+    ticker = LoopTicker()
 
     async def main():
         with open_xsk(lab) as xsk:
             fd = xsk.fileno()
             consumer = asyncio.create_task(count_frames(xsk, 10))
-            ticking = asyncio.create_task(ticker(consumer))
+            ticking = asyncio.create_task(ticker.run_until(consumer))
             await until_waiting(fd, consumer)
-            seen = ticks
+            seen = ticker.ticks
             for _ in range(100):  # the consumer waits; everyone else runs
                 await asyncio.sleep(0)
                 assert registered(fd) and not consumer.done()
-            assert ticks >= seen + 100
+            assert ticker.ticks >= seen + 100
             await asyncio.to_thread(gen.send, tokens(lab).templates[0], 10)
             got = await asyncio.wait_for(consumer, GUARD_S)
             await ticking
@@ -130,18 +118,12 @@ def test_other_tasks_run_between_batches_while_frames_keep_coming(rig):
     reader, and still gives the loop a turn between batches."""
     lab, gen = rig
     n, per_batch = 2000, 16  # all in the RX ring (2048) before reading starts
-    ticks = 0
-
-    async def ticker(until: asyncio.Task) -> None:
-        nonlocal ticks
-        while not until.done():
-            ticks += 1
-            await asyncio.sleep(0)
+    ticker = LoopTicker()
 
     async def consume(xsk: XskSocket) -> list[int]:
         seen, got = [], 0
         async for batch in xsk.batches(per_batch):
-            seen.append(ticks)
+            seen.append(ticker.ticks)
             got += len(batch)
             if got == n:
                 return seen
@@ -151,7 +133,7 @@ def test_other_tasks_run_between_batches_while_frames_keep_coming(rig):
         with open_xsk(lab) as xsk:
             await asyncio.to_thread(gen.send, tokens(lab).templates[0], n)
             consumer = asyncio.create_task(consume(xsk))
-            ticking = asyncio.create_task(ticker(consumer))
+            ticking = asyncio.create_task(ticker.run_until(consumer))
             seen = await asyncio.wait_for(consumer, GUARD_S)
             await ticking
             return seen

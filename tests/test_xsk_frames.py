@@ -9,13 +9,13 @@ import random
 import numpy as np
 import pytest
 
-from packets import flip_payload_byte, random_token_packet, random_token_payload
 from pyxdp.lab import traffic
 from pyxdp.lab.generator import Mix
 from pyxdp.proto import counters, datagram, frames, judge
 from pyxdp.xdp import stats
 from pyxdp.xsk.socket import XskSocket
-from xdp_helpers import live_generator
+from support.packets import flip_payload_byte, random_token_packet, random_token_payload
+from support.xdp_helpers import live_generator
 
 pytestmark = pytest.mark.root
 
@@ -31,7 +31,7 @@ def attached(module_lab):
 
 def random_packets(seed: int, count: int, budget: int = 1400) -> list[tuple[int, bytes]]:
     """(IP version, packet) of token datagrams addressed as the lab's are
-    (tests/packets.py uses the lab's MACs and addresses)."""
+    (tests/support/packets.py uses the lab's MACs and addresses)."""
     rng = random.Random(seed)
     out = []
     for _ in range(count):

@@ -14,15 +14,15 @@ from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
 
-from cli_runner import ZEROLAYER
 from pyxdp.lab import traffic
 from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.lab.generator import token_mix
 from pyxdp.proto import counters, datagram, frames, judge
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader
-from test_xsk_socket import send_on_queue, token_packet, xdp_counters
-from xdp_helpers import live_generator, one_line_error
+from support.cli_runner import ZEROLAYER
+from support.xdp_helpers import live_generator, one_line_error
+from support.xsk_helpers import send_on_queue, token_packet, xdp_counters
 
 pytestmark = pytest.mark.root
 

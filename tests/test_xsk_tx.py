@@ -13,14 +13,14 @@ import time
 
 import pytest
 
-from cli_runner import ZEROLAYER
 from pyxdp.errors import ZerolayerError
 from pyxdp.proto import counters, datagram, judge
 from pyxdp.proto.frames import DEFAULT_PORT, Frame, FrameType
 from pyxdp.xdp import stats
 from pyxdp.xsk.sender import TokenSender
 from pyxdp.xsk.tx import XskTxSocket
-from tx_helpers import (
+from support.cli_runner import ZEROLAYER
+from support.tx_helpers import (
     Capture,
     UdpReceiver,
     emitted_payload,
@@ -28,7 +28,7 @@ from tx_helpers import (
     udp_counters,
     udp_counters_in,
 )
-from xdp_helpers import one_line_error
+from support.xdp_helpers import one_line_error
 
 pytestmark = pytest.mark.root
 

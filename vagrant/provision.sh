@@ -61,6 +61,16 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}" \
         || say "could not install ${missing[*]}: zerolayer bench will skip its C consumer"
 fi
+# What reads the man pages and the bash completion installed below. Best
+# effort: the VM rig's guests (vagrant/vm) have no network, and zerolayer
+# runs without them.
+DOCS_PACKAGES=(man-db bash-completion)
+mapfile -t missing < <(not_installed "${DOCS_PACKAGES[@]}")
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    apt_install "${missing[@]}" \
+        || say "could not install ${missing[*]}: man pages and bash completion are installed all the same"
+fi
 
 # --- kernel headers for bcc -------------------------------------------------
 # bcc compiles against /lib/modules/$(uname -r)/build. A distribution kernel
@@ -120,6 +130,26 @@ rm -rf "$REPO/build"
     "${EDITABLE[@]}" "$REPO[$EXTRAS]"
 ln -sfn "$VENV/bin/zerolayer" /usr/local/bin/zerolayer
 say "ready: $("$VENV/bin/zerolayer" --version)"
+
+# --- man pages and bash completion -------------------------------------------
+# zerolayer(8), zerolayer-attach(8), ... from the command pages in docs/commands
+# (docs/build_man.py: the standard library only), and click's own completion
+# script. Each is rewritten only when it changed.
+MAN_ROOT=/usr/local/share/man
+man_sum() { { cat "$MAN_ROOT"/man8/zerolayer*.8 2>/dev/null || true; } | cksum; }
+before="$(man_sum)"
+/usr/bin/python3 "$REPO/docs/build_man.py" "$MAN_ROOT/man8"
+if [ "$(man_sum)" != "$before" ] && command -v mandb >/dev/null; then
+    mandb -q "$MAN_ROOT" || say "mandb failed: man finds the pages all the same"
+fi
+COMPLETION=/usr/share/bash-completion/completions/zerolayer
+mkdir -p "$(dirname "$COMPLETION")"
+if _ZEROLAYER_COMPLETE=bash_source "$VENV/bin/zerolayer" >"$COMPLETION.new"; then
+    if cmp -s "$COMPLETION.new" "$COMPLETION"; then rm -f "$COMPLETION.new"; else mv -f "$COMPLETION.new" "$COMPLETION"; fi
+else
+    rm -f "$COMPLETION.new"
+    say "could not write $COMPLETION"
+fi
 
 case "$ACTION" in
     demo) exec "$VENV/bin/zerolayer" demo ;;

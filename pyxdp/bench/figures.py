@@ -21,3 +21,8 @@ def figure_of(report: dict, key: str) -> dict | None:
             return None
         node = node[part]
     return node
+
+
+def cells(fig: dict, fmt: str = "{:,.1f}") -> list[str]:
+    """A figure's median, min and max as table cells, formatted with FMT."""
+    return [fmt.format(fig["median"]), fmt.format(fig["min"]), fmt.format(fig["max"])]

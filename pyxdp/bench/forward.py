@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""XDP forwarding against the kernel's own IP forwarding: datagrams/s
-through a router, counted by zerolayer on the receiver.
+"""The `forward` section of `zerolayer bench`. XDP forwarding against the
+kernel's own IP forwarding: datagrams/s through a router, counted by
+zerolayer on the receiver.
 
 The routed lab (pyxdp/lab/routed_lab.py): the generator on the sender's
 snd0 sends token datagrams for the receiver to the router's rtr0; the
-receiver's rcv0 counts them in XDP and drops them (bpf/xdp_count.c), so
-its own stack is no part of what the router is measured by. On rtr0,
-taking turns under the same load (the generator runs flat out in a
-background thread the whole time):
+receiver's rcv0 counts them in XDP and drops them
+(pyxdp/bench/xdp_count.c), so its own stack is no part of what the router
+is measured by. On rtr0, taking turns under the same load (the generator
+runs flat out in a background thread the whole time):
 - xdp: zerolayer with forwarding on: judged, routed by bpf_fib_lookup,
   redirected out of rtr1 through the egress devmap;
 - kernel: the kernel's IP forwarding (ip_forward on in the router's
@@ -31,13 +32,20 @@ frame in place, in a page the generator recycles.
 """
 
 import time
+from typing import TYPE_CHECKING
 
+from pyxdp.bench import xdp_path
+from pyxdp.bench.drawing import FLOOR, ZEROLAYER, bar, ratio_note
+from pyxdp.bench.figures import cells, figure
 from pyxdp.bench.load_thread import flat_out
-from pyxdp.bench.xdp_path import MODE, CountProgram, flowing_rate, swap_program
-from pyxdp.lab import generator
-from pyxdp.lab.routed_lab import RoutedLab
-from pyxdp.xdp import loader, netlink, pins
-from pyxdp.xdp.testrun import PassProgram, TokenProgram
+from pyxdp.bench.section import Progress, Rig, Section, Target, judged
+from pyxdp.bench.xdp_path import MODE, flowing_rate, swap_program
+from pyxdp.human import number, table
+
+if TYPE_CHECKING:
+    from pyxdp.bench.floors import CountProgram, PassProgram
+    from pyxdp.lab.routed_lab import RoutedLab
+    from pyxdp.xdp.testrun import TokenProgram
 
 WAYS = ("xdp", "kernel", "kernel_judged")
 FRAMES_PER_DATAGRAM = 4
@@ -49,6 +57,13 @@ LOAD = (f"IPv4 UDP datagrams of {FRAMES_PER_DATAGRAM} {PAYLOAD_SIZE}-byte TOKEN 
 def measure(*, rounds: int, settle_s: float, window_s: float, chunk: int) -> dict:
     """Per-round lists of datagrams/s by way, the ratios, and what the
     generator sent and the router and the receiver counted."""
+    # scapy, bcc and the labs: only when the section runs
+    from pyxdp.bench.floors import CountProgram, PassProgram
+    from pyxdp.lab import generator
+    from pyxdp.lab.routed_lab import RoutedLab
+    from pyxdp.xdp import loader, netlink, pins
+    from pyxdp.xdp.testrun import TokenProgram
+
     sink, floor = CountProgram("drop"), PassProgram()
     try:
         with RoutedLab(ipv6=False) as lab:  # nothing crosses it but the load
@@ -71,8 +86,11 @@ def measure(*, rounds: int, settle_s: float, window_s: float, chunk: int) -> dic
         floor.close()
 
 
-def _rounds(lab: RoutedLab, sink: CountProgram, router: TokenProgram, floor: PassProgram,
-            gen, mix, *, rounds: int, settle_s: float, window_s: float, chunk: int) -> dict:
+def _rounds(lab: "RoutedLab", sink: "CountProgram", router: "TokenProgram",
+            floor: "PassProgram", gen, mix, *, rounds: int, settle_s: float, window_s: float,
+            chunk: int) -> dict:
+    from pyxdp.xdp import netlink
+
     ns = lab.router_in.netns
     state = netlink.query(lab.router_in.ifname, ns)
     programs = {"xdp": router.prog_fd, "kernel": floor.prog_fd, "kernel_judged": router.prog_fd}
@@ -114,3 +132,70 @@ def _rounds(lab: RoutedLab, sink: CountProgram, router: TokenProgram, floor: Pas
     return {**out, "mode": MODE, "generator_pps": sent / load.elapsed_s, "generator_sent": sent,
             "received": received() - received_before,
             "router_forwarded": router_after["forwarded"] - router_before["forwarded"]}
+
+
+# The xdp section's plans: windows as long as its, under the same load.
+FULL = xdp_path.FULL
+QUICK = xdp_path.QUICK
+FORWARDING = "forwarding through a router on veth, XDP against the kernel's IP forwarding"
+TARGETS = [Target(FORWARDING, "forward_ratio", ">=", 2.0),
+           Target(FORWARDING, "forward_ratio", ">=", 3.0, "goal")]
+
+
+def _measure(plan: xdp_path.Plan, rig: Rig | None, progress: Progress) -> dict:
+    from pyxdp.lab import veth_lab
+
+    progress(f"forwarding through a router: {plan.rounds} rounds of three "
+             f"{plan.window_s} s windows (XDP, kernel, kernel behind zerolayer's judge), "
+             "generator flat out")
+    veth_lab.sweep_stale()
+    return measure(rounds=plan.rounds, settle_s=plan.settle_s, window_s=plan.window_s,
+                   chunk=plan.chunk)
+
+
+def _report(plan: xdp_path.Plan, f: dict) -> dict:
+    return {
+        "forward_mode": f["mode"],
+        "forward_load": LOAD,
+        "xdp_forward_dps": figure(f["xdp_dps"]),
+        "kernel_forward_dps": figure(f["kernel_dps"]),
+        "kernel_judged_forward_dps": figure(f["kernel_judged_dps"]),
+        "forward_ratio": figure(f["ratio"]),
+        "forward_judged_ratio": figure(f["judged_ratio"]),
+        "forward_generator_pps": round(f["generator_pps"], 1),
+        "forward_generator_sent": f["generator_sent"],
+        "forward_received": f["received"],
+        "forward_router_forwarded": f["router_forwarded"],
+    }
+
+
+def _render(r: dict) -> str:
+    return "\n".join([
+        f"Forwarding through a router on veth, {r['forward_mode']} mode, datagrams/s counted "
+        f"at the receiver ({r['forward_load']})",
+        table(["ROUTER", "MEDIAN", "MIN", "MAX"], [
+            ["zerolayer XDP forwarding", *cells(r["xdp_forward_dps"], "{:,.0f}")],
+            ["kernel IP forwarding", *cells(r["kernel_forward_dps"], "{:,.0f}")],
+            ["kernel, behind zerolayer's judge", *cells(r["kernel_judged_forward_dps"],
+                                                        "{:,.0f}")],
+            ["XDP / kernel", *cells(r["forward_ratio"], "{:.2f}x")],
+            ["XDP / kernel behind the judge", *cells(r["forward_judged_ratio"], "{:.2f}x")],
+        ]),
+        f"generator: {r['forward_generator_pps']:,.0f} frames/s flat out; the receiver counted "
+        f"{number(r['forward_received'])} of {number(r['forward_generator_sent'])} sent, "
+        f"{number(r['forward_router_forwarded'])} of them forwarded by XDP"])
+
+
+def _panel(ax, report):
+    bar(ax, 0, report["xdp_forward_dps"], ZEROLAYER, None, 1e6)
+    bar(ax, 1, report["kernel_forward_dps"], FLOOR, None, 1e6)
+    bar(ax, 2, report["kernel_judged_forward_dps"], FLOOR, None, 1e6)
+    ax.set_xticks([0, 1, 2], ["XDP forwarding", "kernel", "kernel behind\nthe judge"])
+    ax.set_title(f"Forwarding through a router ({report['forward_mode']}), M datagrams/s",
+                 fontsize=10)
+    ratio_note(ax, report, "forward_ratio", "XDP / kernel: ")
+
+
+SECTION = Section(
+    name="forward", full=FULL, quick=QUICK, measure=_measure, report=_report, render=_render,
+    panel=_panel, targets=lambda report: judged(TARGETS, report))

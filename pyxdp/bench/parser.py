@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Parser cost: ns per datagram of zerolayer's program against a program
-that only returns XDP_PASS, both through BPF_PROG_TEST_RUN on the same packet.
+"""The `parser` section of `zerolayer bench`. Parser cost: ns per datagram
+of zerolayer's program against a program that only returns XDP_PASS, both
+through BPF_PROG_TEST_RUN on the same packet.
 
 How it is timed, and why:
 - The kernel's own `duration` is a whole number of ns per run: too coarse
@@ -21,10 +22,14 @@ import contextlib
 import os
 import statistics
 import time
+from dataclasses import dataclass
 
+from pyxdp.bench.drawing import FLOOR, ZEROLAYER, bar, ratio_note
+from pyxdp.bench.figures import cells, figure
+from pyxdp.bench.section import Progress, Rig, Section, Target, judged
 from pyxdp.errors import ZerolayerError
+from pyxdp.human import table
 from pyxdp.kernel import bpfsys
-from pyxdp.lab import generator, traffic
 
 FRAME_COUNTS = (1, 4, 16)
 TOKEN_PAYLOAD = 16  # bytes per TOKEN frame: a token or two of text
@@ -36,6 +41,8 @@ QUICK_REPEATS = (400_000, 800_000, 1_200_000, 1_600_000)
 
 def packet(route, frames_per_datagram: int) -> bytes:
     """An IPv4 token datagram with FRAMES_PER_DATAGRAM 16-byte TOKEN frames."""
+    from pyxdp.lab import generator, traffic  # scapy: only when a section runs
+
     payload = generator.token_payload(frames_per_datagram, TOKEN_PAYLOAD)
     return bytes(traffic.udp_packet(route, payload, sport=40000))
 
@@ -84,3 +91,70 @@ def measure(token_program, pass_program, route, *, rounds: int, repeats=REPEATS)
                 results[n]["pass_floor_ns"].append(floor)
                 results[n]["ratio"].append(parser / floor)
     return {"cpu": cpu, "by_frames": results}
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int
+    repeats: tuple[int, ...]
+
+
+TARGETS = [Target("parser cost at 4 frames/datagram, against the XDP_PASS floor",
+                  "parser_ratio.4", "<=", 2.0)]
+
+
+def _floor():
+    from pyxdp.bench.floors import PassProgram
+
+    return PassProgram()
+
+
+def _measure(plan: Plan, rig: Rig | None, progress: Progress) -> dict:
+    assert rig is not None  # an on_lab section
+    progress(f"parser cost: {plan.rounds} rounds, BPF_PROG_TEST_RUN, "
+             f"{plan.repeats[0]:,}..{plan.repeats[-1]:,} repetitions")
+    return measure(rig.token, rig.prepared, rig.lab, rounds=plan.rounds, repeats=plan.repeats)
+
+
+def _report(plan: Plan, parser: dict) -> dict:
+    by = parser["by_frames"]
+    return {
+        "parser_ns": {str(n): figure(r["parser_ns"]) for n, r in by.items()},
+        "pass_floor_ns": {str(n): figure(r["pass_floor_ns"]) for n, r in by.items()},
+        "parser_ratio": {str(n): figure(r["ratio"]) for n, r in by.items()},
+        "parser_method": (
+            f"slope of thread CPU time over {len(plan.repeats)} repetition counts "
+            f"({plan.repeats[0]:,}..{plan.repeats[-1]:,}), pinned to CPU "
+            f"{parser['cpu']}; IPv4 UDP datagrams of N 16-byte TOKEN frames"
+        ),
+    }
+
+
+def _render(r: dict) -> str:
+    rows = []
+    for n in r["parser_ns"]:
+        rows.append([n, *cells(r["parser_ns"][n]), *cells(r["pass_floor_ns"][n]),
+                     *cells(r["parser_ratio"][n], "{:.2f}x")])
+    return "\n".join([
+        "Parser cost, ns per datagram, BPF_PROG_TEST_RUN",
+        f"   ({r['parser_method']})",
+        table(["FRAMES", "ZEROLAYER", "MIN", "MAX", "XDP_PASS", "MIN", "MAX",
+               "RATIO", "MIN", "MAX"], rows)])
+
+
+def _panel(ax, report):
+    counts = list(report["parser_ns"])
+    for i, n in enumerate(counts):
+        bar(ax, i - 0.2, report["parser_ns"][n], ZEROLAYER, "zerolayer" if i == 0 else None)
+        bar(ax, i + 0.2, report["pass_floor_ns"][n], FLOOR, "XDP_PASS floor" if i == 0 else None)
+    ax.set_xticks(range(len(counts)), [f"{n} frame{'s' if n != '1' else ''}" for n in counts])
+    ax.set_title("Parser cost, ns per datagram (lower is better)", fontsize=10)
+    ratio_note(ax, report, "parser_ratio.4", "ratio at 4 frames: ")
+    ax.legend(fontsize=8)
+
+
+SECTION = Section(
+    name="parser", full=Plan(rounds=5, repeats=REPEATS),
+    quick=Plan(rounds=2, repeats=QUICK_REPEATS), measure=_measure, report=_report,
+    render=_render, panel=_panel, targets=lambda report: judged(TARGETS, report),
+    on_lab=True, compiles="XDP_PASS floor", prepare=_floor)

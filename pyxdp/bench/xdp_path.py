@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""XDP path throughput on veth: datagrams/s that zerolayer's program counts
-on the lab's dut0, against a program that only counts and passes
-(bpf/xdp_count.c), under the same generator load from the peer.
+"""The `xdp` section of `zerolayer bench`. XDP path throughput on veth:
+datagrams/s that zerolayer's program counts on the lab's dut0, against a
+program that only counts and passes (pyxdp.bench.floors.CountProgram),
+under the same generator load from the peer.
 
 The generator runs flat out in a background thread for the whole
 measurement while the two programs take turns on dut0, swapped atomically
@@ -19,12 +20,19 @@ overflowed and the receiver, not the generator, set the pace.
 """
 
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from pyxdp.bench.drawing import FLOOR, ZEROLAYER, bar, ratio_note
+from pyxdp.bench.figures import cells, figure
 from pyxdp.bench.load_thread import flat_out
+from pyxdp.bench.section import Progress, Rig, Section, Target, judged
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import bpfsys
-from pyxdp.proto import counters
-from pyxdp.xdp import compiler, netlink
+from pyxdp.human import number, table
+
+if TYPE_CHECKING:
+    from pyxdp.bench.floors import CountProgram
+    from pyxdp.xdp.netlink import XdpState
 
 MODE = "native"
 CHUNK = 2_000_000  # frames per generator call: about 1 s flat out into zerolayer here
@@ -32,34 +40,13 @@ QUICK_CHUNK = 50_000
 TICK_S = 0.005  # how often a window samples its counter
 
 
-COUNT_SOURCE = "xdp_count.c"
-COUNT_MAPS = {"count": "zl_count"}
 
-
-class CountProgram:
-    """bpf/xdp_count.c: counts every packet and passes it (or, as
-    VERDICT="drop", drops it)."""
-
-    def __init__(self, verdict: str = "pass"):
-        self._loaded = compiler.load(COUNT_SOURCE, f"xdp_count_{verdict}", maps=COUNT_MAPS)
-        self.prog_fd = self._loaded.prog_fd
-        self._map_fd = self._loaded.map_fds["count"]
-
-    def packets(self) -> int:
-        ncpus = bpfsys.possible_cpus()
-        raw = bpfsys.map_lookup(self._map_fd, bytes(4), 8 * ncpus)
-        if raw is None:  # an array's entry 0 is always there
-            raise ZerolayerError("the count-and-pass program's counter map has no entry 0")
-        return counters.from_percpu(raw, ncpus, fields=("packets",))["packets"]
-
-    def close(self) -> None:
-        self._loaded.close()
-
-
-def swap_program(state: netlink.XdpState, prog_fd: int, running_fd: int,
+def swap_program(state: "XdpState", prog_fd: int, running_fd: int,
                  netns: str | None) -> None:
     """Atomically replace RUNNING_FD's program on STATE's interface with
     PROG_FD's (XDP_FLAGS_REPLACE: the load never meets a bare interface)."""
+    from pyxdp.xdp import netlink  # pyroute2: only when a section runs
+
     if prog_fd == running_fd:
         return
     try:
@@ -88,10 +75,12 @@ def flowing_rate(count, window_s: float) -> float:
     return counted / flowing if flowing else 0.0
 
 
-def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds: int,
+def measure(lab, token_program, count_program: "CountProgram", gen, mix, *, rounds: int,
             settle_s: float, window_s: float, chunk: int = CHUNK) -> dict:
     """Per-round lists of zerolayer_dps, pass_counter_dps and their ratio,
     plus the generator's rate and the share of its frames that dut0 saw."""
+    from pyxdp.xdp import netlink
+
     state = netlink.query(lab.dut.ifname, lab.dut.netns)
     contenders = {
         "zerolayer": (token_program.prog_fd, lambda: token_program.maps.read_counters()["packets"]),
@@ -129,3 +118,74 @@ def measure(lab, token_program, count_program: CountProgram, gen, mix, *, rounds
     sent = load.result or 0  # None only if the load failed, which raised above
     return {**out, "mode": MODE, "generator_pps": sent / load.elapsed_s,
             "generator_sent": sent, "seen_by_dut": seen}
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int
+    settle_s: float
+    window_s: float
+    chunk: int
+
+
+FULL = Plan(rounds=10, settle_s=0.05, window_s=0.3, chunk=CHUNK)
+QUICK = Plan(rounds=2, settle_s=0.02, window_s=0.1, chunk=QUICK_CHUNK)
+TARGETS = [Target("XDP path throughput on veth, against a count-and-pass program", "xdp_ratio",
+                  ">=", 0.8)]
+
+
+def _counter():
+    from pyxdp.bench.floors import CountProgram
+
+    return CountProgram()
+
+
+def _measure(plan: Plan, rig: Rig | None, progress: Progress) -> dict:
+    from pyxdp.bench.parser import packet
+    from pyxdp.lab import generator
+
+    assert rig is not None  # an on_lab section
+    progress(f"XDP path on veth: {plan.rounds} rounds of two {plan.window_s} s "
+             "windows, generator flat out")
+    load = generator.Mix.single(packet(rig.lab, 4))
+    return measure(rig.lab, rig.token, rig.prepared, rig.generator, load, rounds=plan.rounds,
+                   settle_s=plan.settle_s, window_s=plan.window_s, chunk=plan.chunk)
+
+
+def _report(plan: Plan, xdp: dict) -> dict:
+    return {
+        "xdp_mode": xdp["mode"],
+        "xdp_load": "IPv4 UDP datagrams of 4 16-byte TOKEN frames",
+        "zerolayer_dps": figure(xdp["zerolayer_dps"]),
+        "pass_counter_dps": figure(xdp["pass_counter_dps"]),
+        "xdp_ratio": figure(xdp["ratio"]),
+        "generator_pps": round(xdp["generator_pps"], 1),
+        "generator_sent": xdp["generator_sent"],
+        "seen_by_dut": xdp["seen_by_dut"],
+    }
+
+
+def _render(r: dict) -> str:
+    return "\n".join([
+        f"XDP path on veth, {r['xdp_mode']} mode, datagrams/s counted on dut0 ({r['xdp_load']})",
+        table(["PROGRAM", "MEDIAN", "MIN", "MAX"], [
+            ["zerolayer", *cells(r["zerolayer_dps"], "{:,.0f}")],
+            ["count-and-pass", *cells(r["pass_counter_dps"], "{:,.0f}")],
+            ["ratio", *cells(r["xdp_ratio"], "{:.2f}x")],
+        ]),
+        f"generator: {r['generator_pps']:,.0f} frames/s flat out; dut0 saw "
+        f"{number(r['seen_by_dut'])} of {number(r['generator_sent'])} frames sent"])
+
+
+def _panel(ax, report):
+    bar(ax, 0, report["zerolayer_dps"], ZEROLAYER, None, 1e6)
+    bar(ax, 1, report["pass_counter_dps"], FLOOR, None, 1e6)
+    ax.set_xticks([0, 1], ["zerolayer", "count-and-pass"])
+    ax.set_title(f"XDP path on veth ({report['xdp_mode']}), M datagrams/s", fontsize=10)
+    ratio_note(ax, report, "xdp_ratio", "ratio: ")
+
+
+SECTION = Section(
+    name="xdp", full=FULL, quick=QUICK, measure=_measure, report=_report, render=_render,
+    panel=_panel, targets=lambda report: judged(TARGETS, report), on_lab=True,
+    needs_generator=True, compiles="count-and-pass", prepare=_counter)

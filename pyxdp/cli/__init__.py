@@ -25,8 +25,8 @@ def cli():
 def _register() -> None:
     from pyxdp.cli import (
         bench_commands,
-        demo_commands,
         emit_commands,
+        lab_commands,
         listen_commands,
         observe_commands,
         relay_commands,
@@ -34,7 +34,7 @@ def _register() -> None:
         xdp_commands,
     )
 
-    for module in (xdp_commands, tune_commands, demo_commands, listen_commands, bench_commands,
+    for module in (xdp_commands, tune_commands, lab_commands, listen_commands, bench_commands,
                    observe_commands, relay_commands, emit_commands):
         for command in module.COMMANDS:
             cli.add_command(command)

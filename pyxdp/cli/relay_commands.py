@@ -7,8 +7,8 @@ import time
 import click
 
 from pyxdp.cli.options import BIND_ENDPOINT, SOCKETS_NETNS, json_option, netns_option
-from pyxdp.cli.render import counters_table, emit_json, table
-from pyxdp.human import number
+from pyxdp.cli.render import counters_table, emit_json
+from pyxdp.human import number, table
 from pyxdp.kernel.signals import stop_on_signals
 
 

@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Plain-text rendering shared by the commands: tables and counters."""
+"""Plain-text rendering shared by the commands: JSON, counters, and XDP's
+counters against the reference judge."""
 
 import json
 import sys
 
 import click
 
-from pyxdp.human import number
+from pyxdp.human import number, table
 
 
 def emit_json(obj) -> None:
@@ -26,14 +27,6 @@ def write_lines(lines: list[str], tty: bool) -> None:
         sys.stdout.flush()
 
 
-def table(headers: list[str], rows: list[list]) -> str:
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
-              for i, h in enumerate(headers)]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(headers), *(line(r) for r in cells)])
-
-
 def counters_table(nested: dict, rates: dict | None = None) -> str:
     """The counters of `zerolayer stats`, grouped as in the JSON."""
     rows = []
@@ -46,3 +39,11 @@ def counters_table(nested: dict, rates: dict | None = None) -> str:
             rows.append([key, number(value)] + ([f"{number(rates[key])}/s"] if rates else []))
     headers = ["COUNTER", "TOTAL"] + (["RATE"] if rates else [])
     return table(headers, rows)
+
+
+def judged_table(counted: dict, expected: dict) -> str:
+    """Each XDP counter of dut0 next to the reference judge's expectation."""
+    rows = [[k, number(counted[k]), number(expected[k]),
+             "" if counted[k] == expected[k] else "MISMATCH"] for k in counted]
+    return ("XDP counters on dut0, against the reference judge's expectation:\n"
+            + table(["COUNTER", "COUNTED", "EXPECTED", ""], rows))

@@ -4,8 +4,9 @@
 import click
 
 from pyxdp.cli.options import json_option
-from pyxdp.cli.render import emit_json, table
+from pyxdp.cli.render import emit_json
 from pyxdp.errors import ZerolayerError
+from pyxdp.human import table
 
 
 def _emit(payload, text: str, as_json: bool) -> None:

@@ -4,8 +4,8 @@
 import click
 
 from pyxdp.cli.options import flows_option, forward_option, json_option, netns_option, wait_option
-from pyxdp.cli.render import counters_table, emit_json, table
-from pyxdp.human import number
+from pyxdp.cli.render import counters_table, emit_json
+from pyxdp.human import number, table
 
 
 def _on(value: str | None) -> bool | None:

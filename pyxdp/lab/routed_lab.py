@@ -28,14 +28,19 @@ whose sweep removes what a killed run left.
 
 import contextlib
 import os
+import pathlib
 from dataclasses import dataclass
 
 from pyxdp.kernel import ethtool, netns
 from pyxdp.lab.veth_lab import Endpoint, LabEnd, NamespaceLab, new_tag, write_sysctl
-from pyxdp.xdp import compiler, egress, netlink, pins, testrun
+from pyxdp.xdp import compiler, egress, netlink, pins
 
 # struct ifaddrmsg flags: usable at once, not after duplicate address detection
 IFA_F_NODAD = 0x02
+# XDP_PASS alone, beside this module: what a veth needs on it to take
+# redirected frames, and the parser bench's floor (pyxdp.bench.floors).
+C_DIR = pathlib.Path(__file__).parent
+PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ class RoutedLab(NamespaceLab):
     def _pass_program(end: LabEnd) -> None:
         """An XDP_PASS program on END, in native mode: the link holds it, and
         it goes with the namespace."""
-        loaded = compiler.load(*testrun.PASS_PROGRAM)
+        loaded = compiler.load(*PASS_PROGRAM, directory=C_DIR)
         try:
             state = netlink.query(end.ifname, end.netns)
             netlink.set_program(state.ifindex, loaded.prog_fd, "native", netns=end.netns)

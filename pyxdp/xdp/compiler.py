@@ -200,14 +200,16 @@ def load_token(pin_dir: str | None = None) -> Loaded:
     return loaded
 
 
-def load(source: str, function: str, *, pin_dir: str | None = None,
-         maps: dict[str, str] | None = None,
+def load(source: str, function: str, *, directory: Path | None = None,
+         pin_dir: str | None = None, maps: dict[str, str] | None = None,
          prog_type: int = bpfsys.BPF_PROG_TYPE_XDP, also: tuple[str, ...] = (),
          cflags: tuple[str, ...] = ()) -> Loaded:
-    """Compile bpf/SOURCE and load FUNCTION, and the functions in ALSO, as
-    programs of PROG_TYPE (XDP unless told). With PIN_DIR, maps declared
-    with ZL_MAP are pinned there, or reused when present. CFLAGS are extra
-    -D definitions, besides compile_flags()'s."""
+    """Compile SOURCE in DIRECTORY (bpf/, source_dir(), unless told: a
+    program outside the product, such as a bench floor, lives next to its
+    user) and load FUNCTION, and the functions in ALSO, as programs of
+    PROG_TYPE (XDP unless told). bpf/ stays on the include path either way.
+    With PIN_DIR, maps declared with ZL_MAP are pinned there, or reused when
+    present. CFLAGS are extra -D definitions, besides compile_flags()'s."""
     require_kernel_headers()
     try:
         from bcc import BPF
@@ -217,7 +219,7 @@ def load(source: str, function: str, *, pin_dir: str | None = None,
             "--system-site-packages (vagrant/provision.sh does both)"
         ) from None
 
-    src = source_dir()
+    src = directory or source_dir()
     flags = compile_flags(pin_dir, cflags)
     fd, log_path = tempfile.mkstemp(prefix="zerolayer-bcc-", suffix=".log")
     os.close(fd)

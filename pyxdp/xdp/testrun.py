@@ -16,7 +16,6 @@ from pyxdp.proto.frames import DEFAULT_PORT
 from pyxdp.xdp import compiler, pins
 from pyxdp.xdp.maps import ZerolayerMaps
 
-PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
 ACTIONS = {0: "XDP_ABORTED", 1: "XDP_DROP", 2: "XDP_PASS", 3: "XDP_TX", 4: "XDP_REDIRECT"}
 
 
@@ -56,15 +55,3 @@ class TokenProgram:
         result = bpfsys.prog_test_run(self.prog_fd, packet)
         after = self.maps.read_counters()
         return Outcome(result.retval, result.data_out, counters.delta(after, before))
-
-
-class PassProgram:
-    """The floor: a program that only returns XDP_PASS."""
-
-    def __init__(self):
-        self._loaded = compiler.load(*PASS_PROGRAM)
-        self.prog_fd = self._loaded.prog_fd
-
-
-    def close(self) -> None:
-        self._loaded.close()

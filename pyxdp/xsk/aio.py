@@ -36,20 +36,35 @@ replace the first one's reader and leave it asleep, so it is refused.
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.xsk.batch import Batch
 
-if TYPE_CHECKING:
-    from pyxdp.xsk.socket import XskSocket
+
+class ReceivingSocket(Protocol):
+    """What the iterator uses of pyxdp.xsk.socket.XskSocket, named here so
+    that the socket imports this module and not the other way round."""
+
+    ifname: str
+    queue: int
+
+    @property
+    def closed(self) -> bool: ...
+
+    def fileno(self) -> int: ...
+
+    def recv(self, max_frames: int = 256, timeout: float | None = 0.0) -> Batch: ...
+
+    def before_close(self, hook: Callable[[], None]) -> Callable[[], None]: ...
+
 
 # Sockets a coroutine is waiting on now, with its reader registered.
-_waiting: "weakref.WeakSet[XskSocket]" = weakref.WeakSet()
+_waiting: "weakref.WeakSet[ReceivingSocket]" = weakref.WeakSet()
 
 
-def batches(xsk: "XskSocket", max_frames: int = 256) -> AsyncIterator[Batch]:
+def batches(xsk: ReceivingSocket, max_frames: int = 256) -> AsyncIterator[Batch]:
     """Batches of up to MAX_FRAMES frames from XSK, as they arrive, until XSK
     is closed."""
     if max_frames < 1:
@@ -57,7 +72,7 @@ def batches(xsk: "XskSocket", max_frames: int = 256) -> AsyncIterator[Batch]:
     return _batches(xsk, max_frames)
 
 
-async def _batches(xsk: "XskSocket", max_frames: int) -> AsyncIterator[Batch]:
+async def _batches(xsk: ReceivingSocket, max_frames: int) -> AsyncIterator[Batch]:
     while not xsk.closed:
         batch = xsk.recv(max_frames, timeout=0)
         if not batch:
@@ -71,7 +86,7 @@ async def _batches(xsk: "XskSocket", max_frames: int) -> AsyncIterator[Batch]:
         await asyncio.sleep(0)  # frames may never stop: let the other tasks run
 
 
-async def _readable(xsk: "XskSocket") -> bool:
+async def _readable(xsk: ReceivingSocket) -> bool:
     """Wait until XSK has frames to read (True) or is closed (False)."""
     if xsk in _waiting:
         raise ZerolayerError(

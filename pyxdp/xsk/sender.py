@@ -46,7 +46,7 @@ from pyxdp.proto.frames import MAX_FRAMES, Frame
 from pyxdp.xsk import headers
 from pyxdp.xsk.tx import CHUNK_SIZES, XskTxSocket, chunk_size_for
 
-BATCH = 1024  # most datagrams per submit: larger batches measured faster on veth (README)
+BATCH = 1024  # most datagrams per submit: larger batches measured faster on veth (docs/benchmarks.md, Sending)
 STALL_S = 5.0  # the kernel took nothing for this long: give up, say so
 _NO_ADDR = np.empty(0, np.uint64)
 

@@ -49,7 +49,7 @@ addresses into them with numpy, then submits (store-release of the fill
 producer, after those writes and after the caller's reads of the chunks).
 x86-64 needs only that the compiler keep the order, which a call into a
 shared library guarantees; arm64 gets LDAR/STLR from libxdp's __atomic
-builtins. Measured by pyxdp.bench.xsk_vs_udp.
+builtins. Measured by pyxdp.bench.delivery.xsk_vs_udp.
 """
 
 import os

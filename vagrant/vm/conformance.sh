@@ -3,7 +3,7 @@
 # The kernel conformance suite on the kernel this runs on (a VM's, or the
 # host's): provisioning, then the tests marked `kernel` (with --smoke, only
 # those also marked `smoke`: one or two per column of the kernel table), with
-# the capability report (tests/capabilities.py) written to REPORT.
+# the capability report (tests/support/capabilities.py) written to REPORT.
 #
 #   bash vagrant/vm/conformance.sh [--smoke] REPORT.json [PYTEST ARGS...]
 set -euo pipefail

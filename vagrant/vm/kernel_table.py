@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Turn the capability reports of conformance runs (tests/capabilities.py
+"""Turn the capability reports of conformance runs (tests/support/capabilities.py
 writes one per kernel) into the README's kernel table.
 
     python3 vagrant/vm/kernel_table.py REPORT.json...           print the table

@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The programs zerolayer's is measured against, compiled by bcc from C
+kept out of the product's bpf/: XDP_PASS alone (pyxdp/lab/xdp_pass.c, where
+the routed lab needs it too) and count-and-pass (xdp_count.c, beside this
+module)."""
+
+from pathlib import Path
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
+from pyxdp.lab.routed_lab import C_DIR as PASS_DIR
+from pyxdp.lab.routed_lab import PASS_PROGRAM
+from pyxdp.proto import counters
+from pyxdp.xdp import compiler
+
+COUNT_SOURCE = "xdp_count.c"
+COUNT_MAPS = {"count": "zl_count"}
+
+
+class PassProgram:
+    """The floor: a program that only returns XDP_PASS."""
+
+    def __init__(self):
+        self._loaded = compiler.load(*PASS_PROGRAM, directory=PASS_DIR)
+        self.prog_fd = self._loaded.prog_fd
+
+    def close(self) -> None:
+        self._loaded.close()
+
+
+class CountProgram:
+    """xdp_count.c: counts every packet and passes it (or, as
+    VERDICT="drop", drops it)."""
+
+    def __init__(self, verdict: str = "pass"):
+        self._loaded = compiler.load(COUNT_SOURCE, f"xdp_count_{verdict}",
+                                     directory=Path(__file__).parent, maps=COUNT_MAPS)
+        self.prog_fd = self._loaded.prog_fd
+        self._map_fd = self._loaded.map_fds["count"]
+
+    def packets(self) -> int:
+        ncpus = bpfsys.possible_cpus()
+        raw = bpfsys.map_lookup(self._map_fd, bytes(4), 8 * ncpus)
+        if raw is None:  # an array's entry 0 is always there
+            raise ZerolayerError("the count-and-pass program's counter map has no entry 0")
+        return counters.from_percpu(raw, ncpus, fields=("packets",))["packets"]
+
+    def close(self) -> None:
+        self._loaded.close()
