@@ -23,10 +23,10 @@ from support.cli_runner import ZEROLAYER
 from support.tx_helpers import (
     Capture,
     UdpReceiver,
+    echo_from_own_chunks,
     emitted_payload,
     enable_peer_ipv6,
     udp_counters,
-    udp_counters_in,
 )
 from support.xdp_helpers import one_line_error
 
@@ -207,55 +207,10 @@ def test_a_received_datagram_is_sent_on_from_its_own_chunk(lab, version, record_
     The peer's plain socket leaves its checksums partial (veth finishes
     none); each goes back with a full one: the peer's kernel counts no
     checksum error."""
-    import socket
-
-    import numpy as np
-
-    from pyxdp.kernel import routes
-    from pyxdp.xsk import headers
-    from pyxdp.xsk.send_on import send_on
-    from pyxdp.xsk.socket import XskSocket
-
-    peer_addr, dut_addr = (lab.peer.ipv6, lab.dut.ipv6) if version == 6 else \
-        (lab.peer.ipv4, lab.dut.ipv4)
-    with lab.in_peer():
-        peer = socket.socket(socket.AF_INET6 if version == 6 else socket.AF_INET,
-                             socket.SOCK_DGRAM)
-    peer.bind((peer_addr, 0))
-    peer.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)
-    peer.settimeout(2.0)
-    port = peer.getsockname()[1]
-    errors_before = udp_counters_in(lab.peer.netns, version)["InCsumErrors"]
-    hop = routes.resolve(peer_addr, lab.dut.ifname, lab.dut.netns)
-    back = headers.template(hop.src_mac, hop.dst_mac, hop.src, peer_addr, DEFAULT_PORT, port)
-    sent = [f"token {i} ✓".encode() * (1 + i % 7) for i in range(1000)]
-    echoed, same_chunk = [], True
-    with XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, frames=64, rx_size=64,
-                   completion_size=64) as rx, \
-            XskTxSocket(lab.dut.ifname, 0, netns=lab.dut.netns, tx_size=64,
-                        share_umem_of=rx) as tx:
-        assert tx.mode == rx.mode == "copy"
-        record_property("seen", "shared UMEM, sent from the chunk received")
-        for start in range(0, len(sent), 32):  # within what 64 chunks hold
-            for text in sent[start:start + 32]:
-                peer.sendto(Frame(FrameType.TOKEN, text).encode(), (dut_addr, DEFAULT_PORT))
-            want = len(sent[start:start + 32])
-            while want:
-                batch = rx.recv(want, timeout=2.0)
-                assert batch, "the datagrams did not reach the AF_XDP socket"
-                chunks = batch.addr & rx.memory.chunk_mask
-                out = send_on(batch, tx, back)
-                same_chunk &= bool(np.array_equal(out & rx.memory.chunk_mask, chunks))
-                want -= len(out)
-            assert tx.flush() == 0
-            echoed += [peer.recvfrom(2048) for _ in range(len(sent[start:start + 32]))]
-        assert tx.tally.completed == len(sent) and rx.statistics().rx_dropped == 0
-    peer.close()
-    assert same_chunk
-    assert [datagram.decode_datagram(p) for p, _ in echoed] == \
-        [[Frame(FrameType.TOKEN, t)] for t in sent]
-    assert {src[:2] for _, src in echoed} == {(dut_addr, DEFAULT_PORT)}
-    assert udp_counters_in(lab.peer.netns, version)["InCsumErrors"] == errors_before
+    echo = echo_from_own_chunks(lab, version)
+    assert echo.modes == ("copy", "copy")
+    record_property("seen", "shared UMEM, sent from the chunk received")
+    echo.check()
 
 
 def test_sharing_needs_a_completion_ring(lab):

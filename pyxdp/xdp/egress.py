@@ -19,6 +19,11 @@ here and said in one line each, never changed behind the user's back:
 - a veth accepts redirected frames only when its peer runs NAPI: an XDP
   program on the peer, or GRO on (Linux 5.13+; before it, only the XDP
   program). Without either the kernel drops every frame redirected to it.
+- some NIC drivers (virtio_net, i40e, ...) take redirected frames only while
+  an XDP program runs on the egress device itself, and drop them otherwise,
+  after zerolayer's program has counted them forwarded. The kernel says so
+  in the device's XDP features (Linux 6.3+, pyxdp.kernel.xdp_features);
+  before 6.3 nothing tells, and nothing is said.
 """
 
 import contextlib
@@ -26,7 +31,7 @@ import os
 import struct
 
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import bpfsys, release
+from pyxdp.kernel import bpfsys, release, xdp_features
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.ethtool import gro_enabled
 from pyxdp.xdp import netlink
@@ -99,6 +104,26 @@ def notes(ifname: str, netns: str | None, egress: list[str]) -> list[str]:
                    f"not_forwardable; turn it on with sysctl (zerolayer leaves it alone)")
     peers = netlink.veth_peers(egress, netns)
     out += [line for name in egress if name in peers and (line := _veth_note(name, peers[name]))]
+    out += _redirect_target_notes([name for name in egress if name not in peers], netns)
+    return out
+
+
+def _redirect_target_notes(names: list[str], netns: str | None) -> list[str]:
+    """For each of NAMES that runs no XDP program and whose driver has XDP
+    but takes no redirected frames now: what to do about it."""
+    out = []
+    for state in netlink.query_all(netns):
+        if state.ifname not in names or state.mode is not None:
+            continue
+        features = xdp_features.read(state.ifindex, netns)
+        # flags 0: the driver has no XDP at all (a bridge, a dummy): no
+        # program would change that, so there is nothing to advise.
+        if features is None or not features.flags or features.redirect_target:
+            continue
+        attach = f"zerolayer attach {state.ifname}" + (f" --netns {netns}" if netns else "")
+        out.append(f"{state.ifname} takes no redirected frames while no XDP program runs on it "
+                   f"(its driver's XDP features say so): the kernel drops every datagram "
+                   f"forwarded out of {state.ifname}; attach one there (`{attach}`)")
     return out
 
 

@@ -124,6 +124,11 @@ class XskSocket(AfXdpSocket):
                            self._chunk_mask)
             self._poll = select.poll()
             self._poll.register(self.fileno(), select.POLLIN)
+            # A zero-copy driver fills its RX queue from the fill ring only
+            # when kicked: virtio_net found it empty at bind, and until this
+            # poll() it would take no frame, holding back the sender.
+            if self._fill.needs_wakeup:
+                self.wait(0)
             self._register(ins.pin_dir)
         except BaseException:
             self.close()

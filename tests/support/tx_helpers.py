@@ -2,16 +2,19 @@
 """What the AF_XDP transmit tests receive with: a UDP socket in the lab's dut
 namespace (the kernel checks every checksum on the way to it), a raw
 capture of dut0 (the frames as they arrived, for the reference judge),
-the namespace's UDP counters, and IPv6 for the lab's peer (the lab keeps
-its peer silent, IPv6 off; a sender of IPv6 needs it on)."""
+the namespace's UDP counters, IPv6 for the lab's peer (the lab keeps
+its peer silent, IPv6 off; a sender of IPv6 needs it on), and datagrams
+sent back on from the chunks they arrived in (a shared UMEM)."""
 
 import select
 import socket
 import time
+from dataclasses import dataclass, field
 
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.lab.veth_lab import Lab
-from pyxdp.proto import judge
+from pyxdp.proto import datagram, judge
+from pyxdp.proto.frames import DEFAULT_PORT, Frame, FrameType
 
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
@@ -126,3 +129,83 @@ def emitted_payload(datagram: int, frames_per_datagram: int, payload_size: int) 
         text = (digits + (" tok" * payload_size)[:max(0, payload_size - 10)]).encode()
         out += len(text).to_bytes(4, "big") + b"\x02" + text
     return out
+
+
+@dataclass
+class Echo:
+    """What echo_from_own_chunks saw."""
+
+    modes: tuple[str, str]  # the RX and the TX socket's
+    dut_addr: str
+    sent: list[bytes] = field(default_factory=list)
+    echoed: list[tuple[bytes, tuple]] = field(default_factory=list)
+    same_chunk: bool = True
+    completed: int = 0
+    rx_dropped: int = 0
+    csum_errors: int = 0  # counted by the peer's kernel during the echo
+
+    def check(self) -> None:
+        """Every datagram back once, in order, byte for byte, from the
+        dut's port, sent from the chunk it arrived in, with a checksum
+        the peer's kernel accepts."""
+        assert self.same_chunk
+        assert self.completed == len(self.sent) and self.rx_dropped == 0
+        assert [datagram.decode_datagram(p) for p, _ in self.echoed] == \
+            [[Frame(FrameType.TOKEN, t)] for t in self.sent]
+        assert {src[:2] for _, src in self.echoed} == {(self.dut_addr, DEFAULT_PORT)}
+        assert self.csum_errors == 0
+
+
+def echo_from_own_chunks(lab: Lab, version: int, count: int = 1000) -> Echo:
+    """An RX socket (registered with zerolayer on the dut) and a TX socket
+    on one queue, one UMEM: each of COUNT datagrams from a plain socket in
+    the peer namespace is sent back out of the chunk it arrived in,
+    headers rewritten in place. A UMEM of 64 chunks carries them all, so
+    completed chunks do go back to be filled. The peer's plain socket
+    leaves its checksums partial where the device finishes them (veth
+    finishes none); each goes back with a full one."""
+    import numpy as np
+
+    from pyxdp.kernel import routes
+    from pyxdp.xsk import headers
+    from pyxdp.xsk.send_on import send_on
+    from pyxdp.xsk.socket import XskSocket
+    from pyxdp.xsk.tx import XskTxSocket
+
+    peer_addr, dut_addr = (lab.peer.ipv6, lab.dut.ipv6) if version == 6 else \
+        (lab.peer.ipv4, lab.dut.ipv4)
+    with lab.in_peer():
+        peer = socket.socket(socket.AF_INET6 if version == 6 else socket.AF_INET,
+                             socket.SOCK_DGRAM)
+    peer.bind((peer_addr, 0))
+    peer.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
+    peer.settimeout(2.0)
+    port = peer.getsockname()[1]
+    errors_before = udp_counters_in(lab.peer.netns, version)["InCsumErrors"]
+    hop = routes.resolve(peer_addr, lab.dut.ifname, lab.dut.netns)
+    back = headers.template(hop.src_mac, hop.dst_mac, hop.src, peer_addr, DEFAULT_PORT, port)
+    sent = [f"token {i} ✓".encode() * (1 + i % 7) for i in range(count)]
+    try:
+        with XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, frames=64, rx_size=64,
+                       completion_size=64) as rx, \
+                XskTxSocket(lab.dut.ifname, 0, netns=lab.dut.netns, tx_size=64,
+                            share_umem_of=rx) as tx:
+            echo = Echo((rx.mode, tx.mode), dut_addr, sent)
+            for start in range(0, len(sent), 32):  # within what 64 chunks hold
+                for text in sent[start:start + 32]:
+                    peer.sendto(Frame(FrameType.TOKEN, text).encode(), (dut_addr, DEFAULT_PORT))
+                want = len(sent[start:start + 32])
+                while want:
+                    batch = rx.recv(want, timeout=2.0)
+                    assert batch, "the datagrams did not reach the AF_XDP socket"
+                    chunks = batch.addr & rx.memory.chunk_mask
+                    out = send_on(batch, tx, back)
+                    echo.same_chunk &= bool(np.array_equal(out & rx.memory.chunk_mask, chunks))
+                    want -= len(out)
+                assert tx.flush() == 0
+                echo.echoed += [peer.recvfrom(2048) for _ in range(len(sent[start:start + 32]))]
+            echo.completed, echo.rx_dropped = tx.tally.completed, rx.statistics().rx_dropped
+    finally:
+        peer.close()
+    echo.csum_errors = udp_counters_in(lab.peer.netns, version)["InCsumErrors"] - errors_before
+    return echo

@@ -3,7 +3,14 @@
 # Boot a Debian test image under qemu and run one command inside it, as root,
 # in the repository (shared in over 9p at the same absolute path as here).
 #
-#   bash vagrant/vm/run.sh [--kernel 5.10|6.1|6.12|7.3] [--timeout SECONDS] [--mem MB] -- COMMAND [ARGS...]
+#   bash vagrant/vm/run.sh [--kernel 5.10|6.1|6.12|7.3] [--timeout SECONDS] [--mem MB]
+#                          [--nic-pairs N] -- COMMAND [ARGS...]
+#
+# --nic-pairs N gives the guest N pairs of virtio-net NICs, each pair alone
+# on an internal qemu hub (no backend: nothing leaves qemu), with the
+# options zero-copy AF_XDP needs (a DMA device: iommu_platform=on, which
+# needs disable-legacy=on). Pair P's NICs have the MACs 52:54:00:7a:0P:01
+# and :02; the tests find them by those (tests/support/nic_lab.py).
 #
 # The command's output streams to stdout; this script exits with its status
 # (124 on timeout, 125 if the guest never reported one). ZEROLAYER_VM_ACCEL=
@@ -13,22 +20,23 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 CACHE="${ZEROLAYER_VM_CACHE:-/var/cache/zerolayer/vm}"
-KERNEL=6.1 TIMEOUT=3600 MEM=4096
+KERNEL=6.1 TIMEOUT=3600 MEM=4096 NIC_PAIRS=0
 
 say() { printf 'run.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 2; }
-usage() { die "usage: run.sh [--kernel 5.10|6.1|6.12|7.3] [--timeout SECONDS] [--mem MB] -- COMMAND [ARGS...]"; }
+usage() { die "usage: run.sh [--kernel 5.10|6.1|6.12|7.3] [--timeout SECONDS] [--mem MB] [--nic-pairs N] -- COMMAND [ARGS...]"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --kernel) KERNEL="${2:?}"; shift 2 ;;
         --timeout) TIMEOUT="${2:?}"; shift 2 ;;
         --mem) MEM="${2:?}"; shift 2 ;;
+        --nic-pairs) NIC_PAIRS="${2:?}"; shift 2 ;;
         --) shift; break ;;
         *) usage ;;
     esac
 done
 [ $# -gt 0 ] || usage
-[[ "$TIMEOUT" =~ ^[0-9]+$ && "$MEM" =~ ^[0-9]+$ ]] || usage
+[[ "$TIMEOUT" =~ ^[0-9]+$ && "$MEM" =~ ^[0-9]+$ && "$NIC_PAIRS" =~ ^[0-9]$ ]] || usage
 START=$SECONDS
 
 IMAGE="$(bash "$HERE/image.sh" "$KERNEL")"
@@ -122,6 +130,14 @@ echo "$REPO" >"$JOB/repo-path"
     printf 'exec'; printf ' %q' "$@"; printf '\n'
 } >"$JOB/job.sh"
 
+NICS=()
+for ((pair = 0; pair < NIC_PAIRS; pair++)); do
+    for end in 1 2; do
+        NICS+=(-netdev "hubport,id=zl$pair$end,hubid=$pair"
+               -device "virtio-net-pci,netdev=zl$pair$end,mac=52:54:00:7a:0$pair:0$end,disable-legacy=on,iommu_platform=on")
+    done
+done
+
 SERIAL="$LOGDIR/serial.log"
 qemu-system-x86_64 -nodefaults -display none -monitor none -no-reboot \
     "${ACCEL_ARGS[@]}" -smp 2 -m "$MEM" \
@@ -129,7 +145,7 @@ qemu-system-x86_64 -nodefaults -display none -monitor none -no-reboot \
     -append "root=/dev/vda rw console=ttyS0 init=/sbin/zl-init quiet panic=1" \
     -drive "file=$IMAGE/rootfs.ext4,if=virtio,format=raw" -snapshot \
     -device virtio-rng-pci \
-    -nic none \
+    -nic none "${NICS[@]}" \
     -virtfs "local,path=$REPO,mount_tag=repo,security_model=none,id=repo" \
     -virtfs "local,path=$JOB,mount_tag=job,security_model=none,id=job" \
     -serial "file:$SERIAL" </dev/null >"$LOGDIR/qemu.log" 2>&1 &
