@@ -101,14 +101,18 @@ class Lab(NamespaceLab):
         self.dut = LabEnd(f"{self.tag}-dut", "dut0", self.DUT_MAC, "198.18.0.1", "fd00:7a1::1")
         self.peer = LabEnd(f"{self.tag}-peer", "peer0", self.PEER_MAC, "198.18.0.2", "fd00:7a1::2")
 
-    def _build(self) -> None:
-        from pyroute2 import IPRoute
-
+    def _make_namespaces(self) -> None:
+        """The dut's and the peer's namespaces, the peer's with IPv6 off."""
         netns.create(self.dut.netns)
         netns.create(self.peer.netns)
         with netns.entered(self.peer.netns):
             for scope in ("all", "default"):
                 write_sysctl(f"net/ipv6/conf/{scope}/disable_ipv6", "1")
+
+    def _build(self) -> None:
+        from pyroute2 import IPRoute
+
+        self._make_namespaces()
         peer_fd = os.open(netns.path(self.peer.netns), os.O_RDONLY)
         try:
             queues = {} if self.rx_queues is None else {

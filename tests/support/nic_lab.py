@@ -24,7 +24,7 @@ import pytest
 
 from pyxdp.kernel import netns, release
 from pyxdp.lab.routed_lab import Path, RoutedLab
-from pyxdp.lab.veth_lab import Endpoint, Lab, LabEnd, write_sysctl
+from pyxdp.lab.veth_lab import Endpoint, Lab, LabEnd
 
 MAC_PREFIX = "52:54:00:7a:0"
 ZEROCOPY_SINCE = (6, 13)
@@ -124,11 +124,7 @@ class NicLab(Lab):
         self.peer = _on_nic(self.peer, pair, 2)
 
     def _build(self) -> None:
-        netns.create(self.dut.netns)
-        netns.create(self.peer.netns)
-        with netns.entered(self.peer.netns):
-            for scope in ("all", "default"):
-                write_sysctl(f"net/ipv6/conf/{scope}/disable_ipv6", "1")
+        self._make_namespaces()
         for end in (self.dut, self.peer):
             _move_into(end)
             self._configure(end)
