@@ -120,3 +120,61 @@ def test_the_text_report_numbers_the_sections_run(cli):
     headings = [ln for ln in proc.stdout.splitlines() if ln[:1].isdigit() and ". " in ln]
     assert headings == ["1. Parser cost, ns per datagram, BPF_PROG_TEST_RUN"]
     assert "target parser cost at 4 frames/datagram" in proc.stdout
+
+
+@pytest.fixture
+def host_veth_pair():
+    """Two veth ends in the host's namespace, unique to this run, as a user's
+    two NICs on one wire would be; removed whatever happens."""
+    import os
+    import subprocess
+
+    dut, peer = f"zlbd{os.getpid() % 100000}", f"zlbp{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", dut, "type", "veth", "peer", "name", peer], check=True)
+    try:
+        yield dut, peer
+    finally:
+        subprocess.run(["ip", "link", "del", dut], capture_output=True)
+
+
+def test_the_lab_sections_run_on_a_pair_given_and_give_it_back(host_veth_pair):
+    """--pair: the xdp section measured on the two interfaces given; the
+    zerocopy section says in one line why veth cannot and measures nothing;
+    both interfaces come back to the host under their names, not promiscuous."""
+    import json
+    import subprocess
+
+    dut, peer = host_veth_pair
+    report, progress = bench_json("--section", "xdp", "--section", "zerocopy", "--quick",
+                                  "--rounds", "1", "--pair", f"{dut},{peer}")
+    assert report["machine"]["lab"] == {"kind": "pair", "dut": dut, "peer": peer,
+                                        "drivers": {"dut": "veth", "peer": "veth"}}
+    check_xdp(report, 1)
+    assert report["zerocopy"]["skipped"].startswith(f"{dut} (veth) ")
+    assert "zero-copy" in report["zerocopy"]["skipped"] and "rate" not in report["zerocopy"]
+    links = json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True,
+                                      text=True, check=True).stdout)
+    back = {link["ifname"]: link for link in links if link["ifname"] in (dut, peer)}
+    assert set(back) == {dut, peer}
+    assert not any("PROMISC" in link["flags"] for link in back.values())
+    assert not any("xdp" in link for link in back.values())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--pair", "a,a"], "is not DUT,PEER"),
+    (["--pair", "a"], "is not DUT,PEER"),
+    (["--pair", "a,b"], "--pair goes with the lab's sections only"),
+    (["--section", "relay", "--pair", "a,b"], "--pair goes with the lab's sections only"),
+])
+def test_a_pair_wrongly_given_is_a_usage_error(cli, args, message):
+    from support.bench_helpers import usage_error
+
+    line = usage_error(cli("bench", *args))
+    assert message in line, line
+
+
+def test_a_pair_that_is_not_there_is_one_line(cli):
+    from support.xdp_helpers import one_line_error
+
+    line = one_line_error(cli("bench", "--section", "xdp", "--quick", "--pair", "zl-nx1,zl-nx2"))
+    assert "no interface named 'zl-nx1'" in line, line

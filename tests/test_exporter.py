@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pyxdp.lab import traffic
-from pyxdp.observe import exporter
+from pyxdp.observe import xsk_sockets
 from pyxdp.proto import counters, datagram, frames
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader, parsers
@@ -161,28 +161,28 @@ def test_sock_diag_parsing():
     def attr(kind, body):
         return struct.pack("=HH", 4 + len(body), kind) + body + bytes(-len(body) % 4)
 
-    body = exporter.XDP_DIAG_MSG.pack(exporter.AF_XDP, 3, 0, 4242, 0, 0)
-    body += attr(exporter.XDP_DIAG_INFO, struct.pack("=II", 7, 1))
-    body += attr(exporter.XDP_DIAG_RX_RING, struct.pack("=I", 2048))
-    body += attr(exporter.XDP_DIAG_UMEM_FILL_RING, struct.pack("=I", 4096))
-    body += attr(exporter.XDP_DIAG_UMEM, struct.pack("=QIIIIIIII", 1 << 23, 1, 2048, 2048, 0, 7, 1, 0, 1))
-    body += attr(exporter.XDP_DIAG_STATS, struct.pack("=6Q", 11, 12, 13, 14, 15, 16))
-    msg = struct.pack("=IHHII", 16 + len(body), exporter.SOCK_DIAG_BY_FAMILY, 2, 1, 0) + body
-    done = struct.pack("=IHHII", 20, exporter.NLMSG_DONE, 2, 1, 0) + bytes(4)
-    sockets, finished, err = exporter.parse_dump(msg + done)
+    body = xsk_sockets.XDP_DIAG_MSG.pack(xsk_sockets.AF_XDP, 3, 0, 4242, 0, 0)
+    body += attr(xsk_sockets.XDP_DIAG_INFO, struct.pack("=II", 7, 1))
+    body += attr(xsk_sockets.XDP_DIAG_RX_RING, struct.pack("=I", 2048))
+    body += attr(xsk_sockets.XDP_DIAG_UMEM_FILL_RING, struct.pack("=I", 4096))
+    body += attr(xsk_sockets.XDP_DIAG_UMEM, struct.pack("=QIIIIIIII", 1 << 23, 1, 2048, 2048, 0, 7, 1, 0, 1))
+    body += attr(xsk_sockets.XDP_DIAG_STATS, struct.pack("=6Q", 11, 12, 13, 14, 15, 16))
+    msg = struct.pack("=IHHII", 16 + len(body), xsk_sockets.SOCK_DIAG_BY_FAMILY, 2, 1, 0) + body
+    done = struct.pack("=IHHII", 20, xsk_sockets.NLMSG_DONE, 2, 1, 0) + bytes(4)
+    sockets, finished, err = xsk_sockets.parse_dump(msg + done)
     assert finished and err == 0
     (s,) = sockets
     assert (s.inode, s.ifindex, s.queue, s.zerocopy, s.rx_ring, s.fill_ring) == (4242, 7, 1, False, 2048, 4096)
-    assert s.stats == dict(zip(exporter.XSK_STATS, (11, 12, 13, 14, 15, 16)))
+    assert s.stats == dict(zip(xsk_sockets.XSK_STATS, (11, 12, 13, 14, 15, 16)))
     # A kernel without xsk_diag answers the dump with an error.
-    error = struct.pack("=IHHII", 36, exporter.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", -2) + bytes(16)
-    assert exporter.parse_dump(error) == ([], True, 2)
+    error = struct.pack("=IHHII", 36, xsk_sockets.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", -2) + bytes(16)
+    assert xsk_sockets.parse_dump(error) == ([], True, 2)
 
 
 def test_xsk_diag_on_this_kernel():
     """The real query: either the kernel answers (a list), or it has no
     xsk_diag (None) -- and then the exporter says so in a metric."""
-    sockets = exporter.xsk_sockets()
+    sockets = xsk_sockets.xsk_sockets()
     assert sockets is None or isinstance(sockets, list)
 
 
@@ -195,7 +195,7 @@ def test_the_dashboard_uses_only_exported_metrics(lab, cli):
     exported = {s.name for f in text_string_to_metric_families(proc.stdout) for s in f.samples}
     exported |= {f.name for f in text_string_to_metric_families(proc.stdout)}
     # The zerolayer_xsk_* series exist only while an AF_XDP socket is open.
-    exported |= {f"zerolayer_xsk_{n}_total" for n in exporter.XSK_STATS} | {"zerolayer_xsk_info"}
+    exported |= {f"zerolayer_xsk_{n}_total" for n in xsk_sockets.XSK_STATS} | {"zerolayer_xsk_info"}
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     exprs += [v.get("query", {}).get("query", "") if isinstance(v.get("query"), dict) else v.get("query", "")

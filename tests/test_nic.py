@@ -230,3 +230,52 @@ def test_closing_with_chunks_still_in_the_driver_leaves_the_queue_usable(nic):
         assert again.mode == mode
         traffic.send(lab, first)
         assert drain(again, expect=len(first), quiet_s=2.0) == first
+
+
+@pytest.mark.capability("af_xdp_zero_copy")
+def test_listen_zero_copy_says_so_and_delivers_every_frame_or_says_why_not(nic, cli,
+                                                                          record_property):
+    """`zerolayer listen IFACE --zero-copy`: where virtio_net offers zero-copy,
+    it says zero-copy mode and prints every frame; before 6.13 it refuses
+    in one line, in the driver's words."""
+    lab, _ = nic
+    argv = [ZEROLAYER, "listen", lab.dut.ifname, "--netns", lab.dut.netns, "--zero-copy",
+            "--json"]
+    if not nic_lab.zerocopy_expected():
+        proc = cli(*argv[1:-1], "--timeout", "5")
+        assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "(virtio_net)" in proc.stderr and "zero-copy" in proc.stderr, proc.stderr
+        record_property("seen", proc.stderr.strip())
+        return
+    sent = [bytes(traffic.udp_packet(lab, frames.encode(FrameType.TOKEN, f"zc{i}"), sport=46000))
+            for i in range(300)]
+    proc = subprocess.Popen(argv + ["--count", str(len(sent)), "--timeout", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        header = proc.stderr.readline()
+        assert header.startswith("listening on") and "(zerocopy mode;" in header, header
+        traffic.send(lab, sent)
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    payloads = sorted(json.loads(line)["payload"] for line in out.splitlines())
+    assert payloads == sorted(f"zc{i}" for i in range(len(sent)))
+    summary = json.loads(err.strip().splitlines()[-1])["summary"]
+    assert summary["mode"] == "zerocopy", summary
+    record_property("seen", header.strip())
+
+
+def test_top_says_which_af_xdp_mode_each_socket_is_in(nic, cli):
+    lab, _ = nic
+    from pyxdp.xsk.listen import Listener
+
+    with Listener(lab.dut.ifname, netns=lab.dut.netns) as sock:
+        proc = cli("top", "--json", "--count", "1", "--interval", "0.25", "--netns",
+                   lab.dut.netns, check=True)
+    line = json.loads(proc.stdout.splitlines()[-1])
+    ours = {i["interface"]: i for i in line["interfaces"]}[lab.dut.ifname]
+    assert ours["mode"] == "native"
+    assert [s["mode"] for s in ours["af_xdp"]] == [sock.mode] == [expected_mode()]

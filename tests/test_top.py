@@ -102,6 +102,7 @@ def test_top_json_lines_have_live_rates_and_only_the_namespace_asked(attached):
         assert (iface["interface"], iface["netns"], iface["attached"]) == (
             lab.dut.ifname, lab.dut.netns, True)
         assert iface["rates"] is not None and iface["flow_tracking"] is True
+        assert iface["af_xdp"] == []  # no socket bound: none claimed
     later = [line["interfaces"][0] for line in lines[1:]]
     assert sum(i["rates"]["token_datagrams"] for i in later) > 0
     assert later[-1]["counters"]["token_datagrams"] > 0
@@ -115,3 +116,18 @@ def test_top_netns_and_count_errors(cli):
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert "network namespace 'zl-no-such-ns' does not exist" in proc.stderr
     assert cli("top", "--count", "1").returncode == 2
+
+
+def test_top_json_says_each_af_xdp_socket_and_its_mode(attached):
+    """veth copies: the socket's mode as the kernel reports it (or, where it
+    has no xsk_diag, as the listener read it back), not a claim."""
+    from pyxdp.xsk.listen import Listener
+
+    lab = attached
+    with Listener(lab.dut.ifname, netns=lab.dut.netns):
+        proc = subprocess.run([ZEROLAYER, "top", "--json", "--count", "1", "--interval", "0.25",
+                               "--netns", lab.dut.netns], capture_output=True, text=True,
+                              timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (iface,) = json.loads(proc.stdout.splitlines()[-1])["interfaces"]
+    assert [(s["queue"], s["mode"]) for s in iface["af_xdp"]] == [(0, "copy")]

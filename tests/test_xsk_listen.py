@@ -5,6 +5,7 @@ a lab's veth, fed by zerolayer's XDP program."""
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -22,7 +23,7 @@ from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader
 from support.cli_runner import ZEROLAYER
 from support.xdp_helpers import live_generator, one_line_error
-from support.xsk_helpers import send_on_queue, token_packet, xdp_counters
+from support.xsk_helpers import ZEROCOPY_REFUSED, send_on_queue, token_packet, xdp_counters
 
 pytestmark = pytest.mark.root
 
@@ -119,6 +120,23 @@ def test_listen_json_prints_every_frame_in_order(attached):
                      .action == judge.XDP_REDIRECT for p in packets)
     assert {k: summary[k] for k in ("frames", "datagrams", "lost", "broken", "unread")} == \
         {"frames": len(expected), "datagrams": redirected, "lost": 0, "broken": 0, "unread": 0}
+
+
+@pytest.mark.kernel
+@pytest.mark.capability("af_xdp_copy")
+def test_listen_modes_are_asked_for_and_said(attached, cli):
+    """--zero-copy on veth (no zero-copy there) is refused in one line
+    naming the driver; --copy listens in copy mode with no excuse to give."""
+    lab = attached
+    refused = one_line_error(cli("listen", lab.dut.ifname, "--netns", lab.dut.netns,
+                                 "--zero-copy", "--timeout", "5"))
+    assert re.search(ZEROCOPY_REFUSED.format(iface=lab.dut.ifname), refused), refused
+    listening = Listening(lab, "--copy", "--count", 1, "--timeout", 60)
+    assert "(copy mode;" in listening.header[-1] and not any(
+        line.startswith("note:") for line in listening.header), listening.header
+    traffic.send(lab, [traffic.udp_packet(lab, frames.encode(FrameType.TOKEN, "c"), sport=45000)])
+    code, _, err = listening.finish()
+    assert code == 0 and '"mode": "copy"' in err, err
 
 
 @pytest.mark.kernel

@@ -21,7 +21,14 @@ from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader
 from pyxdp.xsk.socket import XskSocket
 from support.xdp_helpers import live_generator
-from support.xsk_helpers import drain, send_on_queue, token_packet, varied_packets, xdp_counters
+from support.xsk_helpers import (
+    ZEROCOPY_REFUSED,
+    drain,
+    send_on_queue,
+    token_packet,
+    varied_packets,
+    xdp_counters,
+)
 
 pytestmark = pytest.mark.root
 
@@ -327,7 +334,7 @@ def test_bad_socket_options_are_refused(attached, options, message):
 @pytest.mark.capability("af_xdp_zero_copy")
 def test_zerocopy_on_veth_is_refused_not_faked(attached, record_property):
     with pytest.raises(ZerolayerError,
-                       match="the driver of dut0 cannot bind queue 0 in zero-copy mode"):
+                       match=ZEROCOPY_REFUSED.format(iface="dut0")):
         xsk(attached, bind="zerocopy")
     with xsk(attached, bind="copy") as sock:
         assert sock.mode == "copy" and sock.mode_note is None

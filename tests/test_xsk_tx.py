@@ -7,6 +7,7 @@ and by zerolayer's counters on dut0 (what arrived at XDP)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -29,6 +30,7 @@ from support.tx_helpers import (
     udp_counters,
 )
 from support.xdp_helpers import one_line_error
+from support.xsk_helpers import ZEROCOPY_REFUSED
 
 pytestmark = pytest.mark.root
 
@@ -265,10 +267,22 @@ def test_a_queue_held_by_a_receiving_socket_is_refused_in_one_line(lab):
 
 @pytest.mark.kernel
 def test_zerocopy_transmit_on_veth_is_refused_not_faked(lab):
-    with pytest.raises(ZerolayerError, match="cannot bind queue 0 in zero-copy mode"):
+    with pytest.raises(ZerolayerError, match=ZEROCOPY_REFUSED.format(iface=lab.peer.ifname)):
         XskTxSocket(lab.peer.ifname, 0, netns=lab.peer.netns, bind="zerocopy")
     with XskTxSocket(lab.peer.ifname, 0, netns=lab.peer.netns, bind="copy") as tx:
         assert tx.mode == "copy" and tx.mode_note is None
+
+
+@pytest.mark.kernel
+def test_emit_zero_copy_is_refused_in_one_line_and_copy_is_said(lab):
+    argv = [ZEROLAYER, "emit", lab.peer.ifname, "--netns", lab.peer.netns,
+            "--to", f"{lab.dut.ipv4}:{DEFAULT_PORT}", "--count", "1", "--json"]
+    refused = subprocess.run(argv + ["--zero-copy"], capture_output=True, text=True, timeout=60)
+    assert re.search(ZEROCOPY_REFUSED.format(iface=lab.peer.ifname), one_line_error(refused))
+    copied = subprocess.run(argv + ["--copy"], capture_output=True, text=True, timeout=60)
+    assert copied.returncode == 0, copied.stderr
+    report = json.loads(copied.stdout)
+    assert (report["mode"], report["note"], report["completed"]) == ("copy", None, 1)
 
 
 @pytest.mark.parametrize("to,message", [

@@ -5,7 +5,7 @@ The runner, the CLI and the plot loop over SECTIONS; a new section is its
 module and one line here (docs/bench-sections.md).
 """
 
-from pyxdp.bench import forward, parser, xdp_path
+from pyxdp.bench import forward, parser, xdp_path, zerocopy
 from pyxdp.bench.core import section as core
 from pyxdp.bench.delivery import section as delivery
 from pyxdp.bench.relay import section as relay
@@ -14,5 +14,5 @@ from pyxdp.bench.tx import section as tx
 
 SECTIONS: dict[str, Section] = {s.name: s for s in (
     parser.SECTION, xdp_path.SECTION, delivery.SECTION, tx.SECTION, forward.SECTION,
-    relay.SECTION, core.SECTION)}
+    relay.SECTION, core.SECTION, zerocopy.SECTION)}
 DEFAULT_SECTIONS = tuple(name for name, s in SECTIONS.items() if s.default)

@@ -108,9 +108,11 @@ def _quiet(line: str) -> None:
 
 
 def run(sections: Collection[str] = DEFAULT_SECTIONS, plan: Plan = FULL,
-        progress: Progress = _quiet) -> dict:
+        progress: Progress = _quiet, pair: tuple[str, str] | None = None) -> dict:
     """Run SECTIONS (names of SECTIONS, in any order; they run and report
-    in SECTIONS' order) as PLAN says; returns the report (docs/spec.md §5.9)."""
+    in SECTIONS' order) as PLAN says; returns the report (docs/spec.md §5.9).
+    PAIR: (dut, peer), two interfaces of this namespace that reach each
+    other, for the sections that run on the lab, in place of a veth pair."""
     unknown = set(sections) - set(SECTIONS)
     if unknown or not sections:
         raise ValueError(f"bench sections are some of {', '.join(SECTIONS)}, not "
@@ -119,7 +121,9 @@ def run(sections: Collection[str] = DEFAULT_SECTIONS, plan: Plan = FULL,
     info = machine()
     chosen = [s for name, s in SECTIONS.items() if name in sections]
     on_lab = [s for s in chosen if s.on_lab]
-    measured = _measure_on_lab(on_lab, plan, progress) if on_lab else {}
+    if pair and not on_lab:
+        raise ValueError("a pair of interfaces is for the sections that run on the lab")
+    measured = _measure_on_lab(on_lab, plan, progress, pair, info) if on_lab else {}
     for s in chosen:
         if not s.on_lab:
             measured[s.name] = s.measure(plan.sections[s.name], None, progress)
@@ -128,10 +132,12 @@ def run(sections: Collection[str] = DEFAULT_SECTIONS, plan: Plan = FULL,
     return report
 
 
-def _measure_on_lab(chosen: list[Section], plan: Plan, progress: Progress) -> dict[str, Any]:
-    """What CHOSEN (sections that run on the veth lab) measured, side by
-    side on one lab with zerolayer attached to its dut0. Each program is
-    compiled once, and only if a section chosen needs it."""
+def _measure_on_lab(chosen: list[Section], plan: Plan, progress: Progress,
+                    pair: tuple[str, str] | None, info: dict) -> dict[str, Any]:
+    """What CHOSEN (sections that run on the lab) measured, side by side on
+    one lab with zerolayer attached to its dut: a veth pair, or PAIR moved
+    into the lab's namespaces. Each program is compiled once, and only if a
+    section chosen needs it. What the lab ran on goes into INFO."""
     from pyxdp.bench.xdp_path import MODE
     from pyxdp.lab import generator
     from pyxdp.lab import veth_lab as lab_mod
@@ -144,7 +150,15 @@ def _measure_on_lab(chosen: list[Section], plan: Plan, progress: Progress) -> di
         ["zerolayer"] + [s.compiles for s in chosen if s.compiles]
         + (["generator"] if needs_gen else [])) + ")")
     prepared = {s.name: s.prepare() for s in chosen if s.prepare}
-    with lab_mod.Lab() as lab:
+    made: lab_mod.Lab
+    if pair:
+        from pyxdp.lab.pair_lab import PairLab
+
+        made = PairLab(*pair)
+    else:
+        made = lab_mod.Lab()
+    with made as lab:
+        info["lab"] = _lab_info(lab, "pair" if pair else "veth")
         gen = generator.LiveGenerator(lab.peer.ifname, lab.peer.netns) if needs_gen else None
         # Attached once: every section uses this program (the delivery
         # section needs its pinned XSKMAP), so it is compiled once.
@@ -156,6 +170,16 @@ def _measure_on_lab(chosen: list[Section], plan: Plan, progress: Progress) -> di
                     for s in chosen}
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+def _lab_info(lab, kind: str) -> dict:
+    from pyxdp.kernel import ethtool, netns
+
+    drivers = {}
+    for role, end in (("dut", lab.dut), ("peer", lab.peer)):
+        with netns.entered(end.netns):
+            drivers[role] = ethtool.driver_name(end.ifname)
+    return {"kind": kind, "dut": lab.dut.ifname, "peer": lab.peer.ifname, "drivers": drivers}
 
 
 def assemble(info: dict, plan: Plan, measured: dict[str, Any]) -> dict:

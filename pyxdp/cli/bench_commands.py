@@ -15,6 +15,16 @@ from pyxdp.errors import ZerolayerError
 from pyxdp.kernel.privileges import preflight
 
 DELIVERY, TX, RELAY = (SECTIONS[name] for name in ("delivery", "tx", "relay"))
+ON_LAB = [name for name, s in SECTIONS.items() if s.on_lab]
+
+
+def _pair(ctx, param, value: str | None) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    names = value.split(",")
+    if len(names) != 2 or not all(names) or names[0] == names[1]:
+        raise click.BadParameter(f"{value!r} is not DUT,PEER (two interface names)")
+    return names[0], names[1]
 
 
 def _check_writable(path: str) -> None:
@@ -48,12 +58,19 @@ def _check_writable(path: str) -> None:
               help="relay: frames of a flood, all streams together (default "
                    f"{RELAY.full.flood_frames:,}; {RELAY.quick.flood_frames:,} "
                    "with --quick).")
+@click.option("--pair", metavar="DUT,PEER", default=None, callback=_pair,
+              help="Run the lab's sections (" + ", ".join(ON_LAB) + ") on these two "
+                   "interfaces, which reach each other (two NICs on one wire), moved into the "
+                   "lab's namespaces while it runs, in place of a veth pair.")
 def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, tx_datagrams,
-          relay_streams, relay_frames):
+          relay_streams, relay_frames, pair):
     """Measure zerolayer against its floors, side by side: on a veth lab it
-    builds itself (sections parser, xdp, delivery), on a routed lab of three
-    namespaces (forward) and on loopback (relay)."""
+    builds itself (sections parser, xdp, delivery, tx; or on --pair), on a
+    routed lab of three namespaces (forward) and on loopback (relay)."""
     sections = sections or DEFAULT_SECTIONS
+    if pair and any(not SECTIONS[name].on_lab for name in sections):
+        raise click.UsageError(f"--pair goes with the lab's sections only ({', '.join(ON_LAB)}):"
+                               " name them with --section")
     options = {"delivery_frames": delivery_frames, "tx_datagrams": tx_datagrams,
                "relay_streams": relay_streams, "relay_frames": relay_frames}
     for name, section in SECTIONS.items():
@@ -70,7 +87,7 @@ def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, tx_datag
     preflight("zerolayer bench")
     plan = bench_mod.plan(quick, rounds=rounds, **options)
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
-    report = bench_mod.run(sections, plan, progress=say)
+    report = bench_mod.run(sections, plan, progress=say, pair=pair)
     ran = [s for name, s in SECTIONS.items() if name in sections]
     if plot_path:
         from pyxdp.bench.plot import write

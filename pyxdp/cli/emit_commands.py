@@ -5,7 +5,7 @@ import re
 
 import click
 
-from pyxdp.cli.options import ENDPOINT, json_option, netns_option
+from pyxdp.cli.options import ENDPOINT, json_option, netns_option, xsk_mode_options
 from pyxdp.cli.render import emit_json
 
 MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
@@ -36,10 +36,11 @@ def _mac(ctx, param, value: str | None) -> str | None:
               help="UDP source port (default: a free one, held while emit runs).")
 @click.option("--dst-mac", default=None, metavar="MAC", callback=_mac,
               help="The next hop's MAC (default: the kernel's neighbour entry).")
+@xsk_mode_options
 @netns_option()
 @json_option("Print the report as one JSON object.")
 def emit(iface, to, count, rate, frames_per_datagram, payload_size, queue, sport, dst_mac,
-         netns, as_json):
+         bind, netns, as_json):
     """Send token datagrams out of IFACE over AF_XDP, without the socket layer.
 
     Each datagram holds K TOKEN frames whose payloads carry the token's
@@ -54,7 +55,7 @@ def emit(iface, to, count, rate, frames_per_datagram, payload_size, queue, sport
     require_net_raw("zerolayer emit")
     with stop_on_signals() as stop, \
             TokenSender(iface, to, netns=netns, queue=queue, sport=sport,
-                        dst_mac=dst_mac) as sender:
+                        dst_mac=dst_mac, bind=bind or "auto") as sender:
         emit_mod.check_shape(frames_per_datagram, payload_size, sender.max_payload)
         d = sender.describe()
         pace = f"{rate:,g} datagrams/s" if rate else "flat out"

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from pyxdp.cli.options import json_option, netns_option
+from pyxdp.cli.options import json_option, netns_option, xsk_mode_options
 from pyxdp.cli.render import write_lines
 from pyxdp.xsk import sizing
 
@@ -54,16 +54,17 @@ line saying why, and exit 1."""
 @click.option("--ring-size", type=int, default=sizing.DEFAULT_RING_SIZE, show_default=True,
               metavar="N", callback=_size,
               help="RX ring entries per queue, a power of two, 16 bytes each.")
+@xsk_mode_options
 @netns_option()
 @json_option()
-def listen(iface, queues, count, timeout, umem_frames, ring_size, netns, as_json):
+def listen(iface, queues, count, timeout, umem_frames, ring_size, bind, netns, as_json):
     from pyxdp.errors import ZerolayerError
     from pyxdp.kernel.privileges import preflight
     from pyxdp.xsk import listen as listen_mod
 
     preflight("zerolayer listen")
     with listen_mod.Listener(iface, queues or None, netns=netns, frames=umem_frames,
-                             rx_size=ring_size) as listener:
+                             rx_size=ring_size, bind=bind or "auto") as listener:
         where = f"{iface} queue{'s' if len(listener.queues) > 1 else ''} " \
                 f"{listen_mod.queue_list(listener.queues)}"
         size = listener.sizing()

@@ -29,6 +29,20 @@ forward_option = click.option(
 )
 
 
+def xsk_mode_options(func):
+    """--zero-copy / --copy, into one BIND parameter: auto (neither) binds
+    zero-copy where the driver offers it, else copy, and says why."""
+    func = click.option(
+        "--copy", "bind", flag_value="copy",
+        help="Bind the AF_XDP sockets in copy mode, even where the driver offers zero-copy.",
+    )(func)
+    return click.option(
+        "--zero-copy", "bind", flag_value="zerocopy",
+        help="Bind the AF_XDP sockets in zero-copy mode, or refuse, saying why the driver "
+             "cannot (default: zero-copy where the driver offers it, else copy).",
+    )(func)
+
+
 def wait_option():
     from pyxdp.xdp.iface_lock import DEFAULT_WAIT_S
 

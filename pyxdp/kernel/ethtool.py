@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What zerolayer asks a driver through SIOCETHTOOL: the rx queues it runs
-(ethtool's channels) and whether GRO is on.
+"""What zerolayer asks a driver through SIOCETHTOOL: its name, the rx
+queues it runs (ethtool's channels) and whether GRO is on.
 
 A device allocates its queues once (IFLA_NUM_RX_QUEUES) and runs as many of
 them as its channels say (`ethtool -l`). The two differ on a default veth
@@ -16,6 +16,7 @@ import socket
 import struct
 
 SIOCETHTOOL = 0x8946
+ETHTOOL_GDRVINFO = 0x03
 ETHTOOL_GCHANNELS = 0x3C
 ETHTOOL_GGRO = 0x2B
 ETHTOOL_SGRO = 0x2C
@@ -24,6 +25,17 @@ _VALUE = struct.Struct("=II")  # struct ethtool_value: cmd, data
 # rx/tx/other/combined counts.
 _CHANNELS = struct.Struct("=9I")
 _RX_COUNT, _COMBINED_COUNT = 5, 8
+# struct ethtool_drvinfo: cmd, driver[32], then fields zerolayer does not read.
+_DRVINFO_SIZE = 196
+
+
+def driver_name(ifname: str) -> str | None:
+    """The driver of IFNAME (`ethtool -i`'s driver), in the calling
+    thread's network namespace; None if it does not say."""
+    info = ctypes.create_string_buffer(struct.pack("=I", ETHTOOL_GDRVINFO), _DRVINFO_SIZE)
+    if not _ask(ifname, info):
+        return None
+    return info.raw[4:36].split(b"\0", 1)[0].decode(errors="replace") or None
 
 
 def rx_queues_in_use(ifname: str, allocated: int) -> int:

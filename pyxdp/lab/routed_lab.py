@@ -43,6 +43,17 @@ C_DIR = pathlib.Path(__file__).parent
 PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
 
 
+def attach_pass_program(end: Endpoint) -> None:
+    """An XDP_PASS program on END, in native mode: the link holds it, and
+    it goes with the namespace (or with the link's next program)."""
+    loaded = compiler.load(*PASS_PROGRAM, directory=C_DIR)
+    try:
+        state = netlink.query(end.ifname, end.netns)
+        netlink.set_program(state.ifindex, loaded.prog_fd, "native", netns=end.netns)
+    finally:
+        loaded.close()
+
+
 @dataclass(frozen=True)
 class Path:
     """How a packet from the sender to the receiver looks on the sender's
@@ -116,7 +127,7 @@ class RoutedLab(NamespaceLab):
                 with netns.entered(self.receiver.netns):
                     ethtool.set_gro(self.receiver.ifname, True)
             else:
-                self._pass_program(self.receiver)
+                attach_pass_program(self.receiver)
         # The two ends route through the router; the router has both subnets.
         self._route(self.sender, via=self.router_in, to=self.receiver)
         self._route(self.receiver, via=self.router_out, to=self.sender)
@@ -167,17 +178,6 @@ class RoutedLab(NamespaceLab):
             idx = ipr.link_lookup(ifname=end.ifname)[0]
             for address in (other.ipv4, other.ipv6) if self.ipv6 else (other.ipv4,):
                 ipr.neigh("add", dst=address, lladdr=other.mac, ifindex=idx, state="permanent")
-
-    @staticmethod
-    def _pass_program(end: LabEnd) -> None:
-        """An XDP_PASS program on END, in native mode: the link holds it, and
-        it goes with the namespace."""
-        loaded = compiler.load(*PASS_PROGRAM, directory=C_DIR)
-        try:
-            state = netlink.query(end.ifname, end.netns)
-            netlink.set_program(state.ifindex, loaded.prog_fd, "native", netns=end.netns)
-        finally:
-            loaded.close()
 
     def teardown(self) -> None:
         for name in self.namespaces:

@@ -10,142 +10,21 @@ Per-flow series are left out on purpose: a flow is keyed by source port, so
 they would grow without bound; `zerolayer stats --flows` and `zerolayer top`
 show flows.
 
-AF_XDP socket statistics live in the socket. From outside the process that
-owns it the kernel shows them only through sock_diag (xsk_diag, kernel
-option CONFIG_XDP_SOCKETS_DIAG). Where that is missing
-(zerolayer_xsk_diag_available 0), the statistics zerolayer's own listeners
-publish (pyxdp.xsk.published) are exported instead, with source="listener";
-sockets of other programs are then not seen.
+AF_XDP sockets are found by pyxdp.observe.xsk_sockets (sock_diag where the
+kernel has xsk_diag, zerolayer_xsk_diag_available 1; else what zerolayer's
+own listeners publish, source="listener").
 """
 
 import os
-import socket
-import struct
 import threading
-from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.signals import stop_on_signals
+from pyxdp.observe import xsk_sockets
 from pyxdp.proto import counters
 from pyxdp.xdp import flows, pins
-from pyxdp.xsk import published as xsk_published
 
 DEFAULT_LISTEN = "127.0.0.1:9435"
-
-
-# --- AF_XDP sockets through sock_diag -------------------------------------------
-
-NETLINK_SOCK_DIAG = 4
-SOCK_DIAG_BY_FAMILY = 20
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-AF_XDP = 44
-XDP_SHOW_INFO, XDP_SHOW_RING_CFG, XDP_SHOW_UMEM, XDP_SHOW_STATS = 1, 2, 4, 16
-XDP_DIAG_INFO, XDP_DIAG_RX_RING, XDP_DIAG_UMEM, XDP_DIAG_UMEM_FILL_RING, XDP_DIAG_STATS = 1, 3, 5, 6, 9
-XDP_DU_F_ZEROCOPY = 1
-
-NLMSGHDR = struct.Struct("=IHHII")
-XDP_DIAG_REQ = struct.Struct("=BBHII2I")
-XDP_DIAG_MSG = struct.Struct("=BBHI2I")
-RTATTR = struct.Struct("=HH")
-DIAG_INFO = struct.Struct("=II")
-DIAG_RING = struct.Struct("=I")
-DIAG_UMEM = struct.Struct("=QIIIIIIII")
-DIAG_STATS = struct.Struct("=6Q")
-# struct xdp_diag_stats, in the names getsockopt(XDP_STATISTICS) uses
-XSK_STATS = ("rx_dropped", "rx_invalid_descs", "rx_ring_full",
-             "rx_fill_ring_empty_descs", "tx_invalid_descs", "tx_ring_empty_descs")
-
-
-@dataclass(frozen=True)
-class XskSocketDiag:
-    inode: int
-    ifindex: int | None  # None: not bound
-    queue: int | None
-    zerocopy: bool | None  # None: no UMEM yet
-    rx_ring: int | None
-    fill_ring: int | None
-    stats: dict[str, int]
-
-
-def _align4(n: int) -> int:
-    return (n + 3) & ~3
-
-
-def parse_xdp_diag(msg: bytes) -> XskSocketDiag:
-    """One xdp_diag_msg and its attributes (the payload after nlmsghdr)."""
-    _, _, _, inode, _, _ = XDP_DIAG_MSG.unpack_from(msg)
-    off = XDP_DIAG_MSG.size
-    info = umem = None
-    rx = fill = None
-    stats = {}
-    while off + RTATTR.size <= len(msg):
-        length, kind = RTATTR.unpack_from(msg, off)
-        if length < RTATTR.size:
-            break
-        body = msg[off + RTATTR.size:off + length]
-        if kind == XDP_DIAG_INFO:
-            info = DIAG_INFO.unpack_from(body)
-        elif kind == XDP_DIAG_RX_RING:
-            rx = DIAG_RING.unpack_from(body)[0]
-        elif kind == XDP_DIAG_UMEM_FILL_RING:
-            fill = DIAG_RING.unpack_from(body)[0]
-        elif kind == XDP_DIAG_UMEM:
-            umem = DIAG_UMEM.unpack_from(body)
-        elif kind == XDP_DIAG_STATS:
-            stats = dict(zip(XSK_STATS, DIAG_STATS.unpack_from(body)))
-        off += _align4(length)
-    return XskSocketDiag(
-        inode=inode,
-        ifindex=info[0] if info else None,
-        queue=info[1] if info else None,
-        zerocopy=bool(umem[7] & XDP_DU_F_ZEROCOPY) if umem else None,  # flags
-        rx_ring=rx, fill_ring=fill, stats=stats,
-    )
-
-
-def _dump_request() -> bytes:
-    req = XDP_DIAG_REQ.pack(AF_XDP, 0, 0, 0,
-                            XDP_SHOW_INFO | XDP_SHOW_RING_CFG | XDP_SHOW_UMEM | XDP_SHOW_STATS, 0, 0)
-    return NLMSGHDR.pack(NLMSGHDR.size + len(req), SOCK_DIAG_BY_FAMILY,
-                         NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + req
-
-
-def parse_dump(data: bytes) -> tuple[list[XskSocketDiag], bool, int]:
-    """Messages of one recv(): (sockets, done, errno of an NLMSG_ERROR)."""
-    found: list[XskSocketDiag] = []
-    off = 0
-    while off + NLMSGHDR.size <= len(data):
-        length, kind, _, _, _ = NLMSGHDR.unpack_from(data, off)
-        if length < NLMSGHDR.size:
-            break
-        body = data[off + NLMSGHDR.size:off + length]
-        if kind == NLMSG_DONE:
-            return found, True, 0
-        if kind == NLMSG_ERROR:
-            return found, True, -struct.unpack_from("=i", body)[0]
-        if kind == SOCK_DIAG_BY_FAMILY:
-            found.append(parse_xdp_diag(body))
-        off += _align4(length)
-    return found, False, 0
-
-
-def xsk_sockets(netns: str | None = None) -> list[XskSocketDiag] | None:
-    """The AF_XDP sockets of NETNS, or None when the kernel has no xsk_diag."""
-    with netns_mod.entered(netns):
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
-    with sock:
-        sock.settimeout(2.0)
-        sock.sendto(_dump_request(), (0, 0))
-        found = []
-        while True:
-            batch, done, err = parse_dump(sock.recv(65536))
-            found += batch
-            if err:  # ENOENT: no handler for AF_XDP in this kernel
-                return None
-            if done:
-                return found
 
 
 # --- the metrics -------------------------------------------------------------------
@@ -258,39 +137,20 @@ class ZerolayerCollector:
         stats = {name: CounterMetricFamily(f"zerolayer_xsk_{name}",
                                            f"AF_XDP socket statistic {name} (as XDP_STATISTICS)",
                                            labels=sock_labels)
-                 for name in XSK_STATS}
-        by_netns: dict[str | None, list[flows.Observation]] = {}
-        for o in seen:
-            by_netns.setdefault(o.netns, []).append(o)
-        for ns, observed in by_netns.items():
-            try:
-                sockets = xsk_sockets(ns)
-            except (OSError, ZerolayerError) as exc:
-                self._note(f"sock_diag in netns {ns or '(host)'} failed: {exc}")
-                sockets = None
-            available.add_metric([ns or ""], 0 if sockets is None else 1)
-            if sockets is None:
-                self._note("this kernel does not report AF_XDP sockets through sock_diag "
-                           "(CONFIG_XDP_SOCKETS_DIAG): exporting what zerolayer listeners publish")
-                names = {o.interface for o in observed}
-                for p in xsk_published.read(ns):
-                    if p.interface not in names:
-                        continue
-                    lab = [p.interface, ns or "", str(p.queue), str(p.inode)]
-                    info.add_metric(lab + [str(p.mode == "zerocopy").lower(), "", "", "listener"], 1)
-                    for name in XSK_STATS:
-                        stats[name].add_metric(lab, p.statistics.get(name, 0))
-                continue
-            by_index = {o.ifindex: o.interface for o in observed}
-            for s in sockets:
-                if s.ifindex not in by_index:
-                    continue
-                lab = [by_index[s.ifindex], ns or "", str(s.queue), str(s.inode)]
-                mode = "unknown" if s.zerocopy is None else str(s.zerocopy).lower()
-                info.add_metric(lab + [mode, str(s.rx_ring or 0), str(s.fill_ring or 0),
-                                       "sock_diag"], 1)
-                for name, value in s.stats.items():
-                    stats[name].add_metric(lab, value)
+                 for name in xsk_sockets.XSK_STATS}
+        found = xsk_sockets.bound(seen)
+        for line in found.notes:
+            self._note(line)
+        for ns, yes in found.diag_available.items():
+            available.add_metric([ns], int(yes))
+        for s in found.sockets:
+            lab = [s.interface, s.netns or "", str(s.queue), str(s.inode)]
+            zerocopy = "unknown" if s.mode == "unknown" else str(s.mode == "zerocopy").lower()
+            ring = "" if s.source == "listener" else str(s.rx_ring or 0)
+            fill = "" if s.source == "listener" else str(s.fill_ring or 0)
+            info.add_metric(lab + [zerocopy, ring, fill, s.source], 1)
+            for name in xsk_sockets.XSK_STATS:
+                stats[name].add_metric(lab, s.stats.get(name, 0))
         yield available
         yield info
         yield from stats.values()

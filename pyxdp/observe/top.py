@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from pyxdp.human import number
 from pyxdp.kernel.signals import stop_on_signals
+from pyxdp.observe import xsk_sockets
 from pyxdp.proto import counters
 from pyxdp.xdp import flows
 
@@ -62,6 +63,21 @@ def _name(o: flows.Observation) -> str:
     return f"{o.netns}/{o.interface}" if o.netns else o.interface
 
 
+def _af_xdp(now: list[flows.Observation]) -> dict:
+    """(netns, interface) -> the AF_XDP sockets bound there."""
+    by_iface: dict = {}
+    for s in xsk_sockets.bound(now).sockets:
+        by_iface.setdefault((s.netns, s.interface), []).append(s)
+    return by_iface
+
+
+def _af_xdp_cell(sockets: list) -> str:
+    """The sockets' modes, e.g. "zc:2", "copy:1", "-" for none."""
+    modes = sorted({s.mode for s in sockets})
+    short = {"zerocopy": "zc"}
+    return ",".join(f"{short.get(m, m)}:{sum(s.mode == m for s in sockets)}" for m in modes) or "-"
+
+
 def render(now: list[flows.Observation], before: dict, seconds: float, errors: list[str],
            interval: float, flows_per_interface: int = 5) -> list[str]:
     """The screen, as lines. BEFORE maps (netns, interface) to the previous
@@ -71,7 +87,8 @@ def render(now: list[flows.Observation], before: dict, seconds: float, errors: l
     if not now:
         lines += ["", "no interface has zerolayer attached (see `zerolayer status`; "
                       "attach with `zerolayer attach IFACE`)"]
-    lines += [""] + [f"{'INTERFACE':<32} {'MODE':<7} {'PARSER':<6} {'PKT/S':>9} "
+    af_xdp = _af_xdp(now)
+    lines += [""] + [f"{'INTERFACE':<32} {'MODE':<7} {'AF_XDP':<7} {'PARSER':<6} {'PKT/S':>9} "
                      f"{'TOKEN DGRAM/S':>13} {'TOKENS/S':>9} {'MALFORMED/S':>11} {'BEYOND/S':>8} "
                      f"{'REDIRECT/S':>10} {'FORWARD/S':>9} {'FALLBACK/S':>10} {'FLOWS':>6}"]
     previous = [before.get((o.netns, o.interface)) for o in now]
@@ -82,7 +99,8 @@ def render(now: list[flows.Observation], before: dict, seconds: float, errors: l
         malformed = "-" if b is None or seconds <= 0 else number(round(
             sum(c[f"malformed.{r}"] - b[f"malformed.{r}"] for r in counters.REASONS) / seconds, 1))
         lines.append(
-            f"{name[-32:]:<32} {(o.mode or 'stale'):<7} {(o.parser or '-'):<6} "
+            f"{name[-32:]:<32} {(o.mode or 'stale'):<7} "
+            f"{_af_xdp_cell(af_xdp.get((o.netns, o.interface), [])):<7} {(o.parser or '-'):<6} "
             f"{_rate(c, b, 'packets', seconds):>9} {_rate(c, b, 'token_datagrams', seconds):>13} "
             f"{_rate(c, b, 'frames.token', seconds):>9} {malformed:>11} "
             f"{_rate(c, b, 'beyond_window', seconds):>8} {_rate(c, b, 'redirected', seconds):>10} "
@@ -105,6 +123,7 @@ def snapshot(now: list[flows.Observation], before: dict, seconds: float, errors:
     rates over the SECONDS since BEFORE (null for an interface new since),
     and its busiest flows by live tokens/s, as `stats --flows --json` has them."""
     interfaces = []
+    af_xdp = _af_xdp(now)
     for o in now:
         prev = before.get((o.netns, o.interface))
         rates = flows.interval_rates(prev.flows, o.flows, seconds) if prev else {}
@@ -112,6 +131,7 @@ def snapshot(now: list[flows.Observation], before: dict, seconds: float, errors:
         interfaces.append({
             "interface": o.interface, "netns": o.netns, "mode": o.mode,
             "program_id": o.program_id, "attached": o.attached,
+            "af_xdp": [s.to_json() for s in af_xdp.get((o.netns, o.interface), [])],
             "counters": counters.nest(o.counters),
             "rates": None if prev is None else counters.nest(
                 {k: round(v / seconds, 1)

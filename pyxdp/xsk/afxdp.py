@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import ethtool, xdp_features
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.signals import ClosedOnExit
 from pyxdp.xsk import sizing
@@ -278,8 +279,7 @@ class AfXdpSocket(ClosedOnExit):
                 return
             except OSError as exc:
                 if flag == XDP_ZEROCOPY and exc.errno in _NO_ZEROCOPY and i + 1 < len(tries):
-                    self.mode_note = (f"the driver of {self.ifname} refused a zero-copy bind "
-                                      f"({exc.strerror})")
+                    self.mode_note = f"{self._zerocopy_refusal(exc)}: copy mode instead"
                     continue
                 raise ZerolayerError(self._bind_error(exc, flag)) from None
 
@@ -313,11 +313,23 @@ class AfXdpSocket(ClosedOnExit):
             return (f"{where} already has an AF_XDP socket bound (another `zerolayer listen`"
                     " or `emit`? see `ss --xdp`)")
         if flag == XDP_ZEROCOPY and exc.errno in _NO_ZEROCOPY:
-            return (f"the driver of {self.ifname} cannot bind queue {self.queue} in zero-copy "
-                    f"mode ({exc.strerror}): use copy mode")
+            return f"{self._zerocopy_refusal(exc)}: use copy mode"
         hint = f" (does it have a queue {self.queue}? see `ethtool -l {self.ifname}`)" \
             if exc.errno == errno.EINVAL else ""
         return f"binding an AF_XDP socket to {where} failed: {exc.strerror}{hint}"
+
+    def _zerocopy_refusal(self, exc: OSError) -> str:
+        """Why the driver would not bind zero-copy, in its own words where the
+        kernel has them: its XDP features (6.3+) say whether it offers
+        AF_XDP zero-copy at all; else only bind's errno is known."""
+        with netns_mod.entered(self.netns):
+            driver = ethtool.driver_name(self.ifname) or "its driver"
+        features = xdp_features.read(self.ifindex, self.netns)
+        if features is not None and not features.xsk_zerocopy:
+            return (f"{self.ifname} ({driver}) does not offer AF_XDP zero-copy on this kernel "
+                    "(its XDP features lack xsk-zerocopy)")
+        return (f"{self.ifname} ({driver}) refused a zero-copy bind of queue {self.queue} "
+                f"({exc.strerror})")
 
     # --- use --------------------------------------------------------------------------
 

@@ -19,6 +19,10 @@ from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import stats
 from pyxdp.xsk.socket import XskSocket
 
+# How a veth's refusal of a zero-copy bind reads: in the driver's own words
+# where the kernel has them (its XDP features, 6.3+), else bind's errno.
+ZEROCOPY_REFUSED = r"{iface} \(veth\) (does not offer AF_XDP zero-copy|refused a zero-copy bind)"
+
 
 def xdp_counters(lab) -> dict[str, int]:
     return counters.flatten(stats.read(lab.dut.ifname, lab.dut.netns)["counters"])

@@ -46,6 +46,7 @@ import select
 import socket
 import threading
 import time
+from typing import Any, Protocol
 
 from pyxdp.bench.delivery import tiers
 from pyxdp.bench.delivery.c_consumer import CConsumer
@@ -97,7 +98,7 @@ def run(frames: int, *, lab, generator: LiveGenerator, c_binary: str | None = No
     LAB's peer namespace. C_BINARY: the built C consumer, or None to leave
     it out. REVERSE: the consumers of each tier in the opposite order."""
     mix = load(lab)
-    cpus = _cpu_pair()
+    cpus = cpu_pair()
     runs: dict[str, dict] = {}
     for tier in TIERS:
         sides = [s for s in SIDES if s != "c" or (tier == "touch" and c_binary)]
@@ -121,13 +122,13 @@ def _consumer(side: str, tier: str, lab, count: int, cpus, c_binary):
     if side == "udp":
         return _UdpConsumer(lab, tier)
     if side == "xsk":
-        return _XskConsumer(lab, tier)
+        return XskConsumer(lab, tier)
     assert c_binary is not None
     return _CRun(CConsumer(lab, c_binary, count, cpu=cpus[1] if cpus else None,
                            xsk_options=XSK_OPTIONS, idle_s=IDLE_S))
 
 
-def _cpu_pair() -> tuple[int, int] | None:
+def cpu_pair() -> tuple[int, int] | None:
     allowed = sorted(os.sched_getaffinity(0))
     return (allowed[0], allowed[1]) if len(allowed) >= 2 else None
 
@@ -137,7 +138,14 @@ def _xdp_counters(lab) -> dict[str, int]:
         return maps.read_counters()
 
 
-def measure(lab, generator: LiveGenerator, mix: Mix, count: int, cpus, consumer) -> dict:
+class Load(Protocol):
+    """What sends the offered datagrams: the live-frames generator, or
+    anything else that sends COUNT datagrams (of MIX, or its own) when run."""
+
+    def run(self, mix: Mix, count: int) -> Any: ...
+
+
+def measure(lab, generator: Load, mix: Mix, count: int, cpus, consumer) -> dict:
     """COUNT datagrams of MIX from GENERATOR into CONSUMER, which is closed after."""
     try:
         before = _xdp_counters(lab)
@@ -290,15 +298,18 @@ def batch_sizes(sizes: list[int]) -> dict:
             "p50": at(0.5), "p90": at(0.9), "max": ordered[-1]}
 
 
-class _XskConsumer:
-    def __init__(self, lab, tier: str):
+class XskConsumer:
+    """pyxdp's AF_XDP socket on the dut's queue 0, doing TIER's work, bound
+    in BIND mode (pyxdp.xsk.socket.XskSocket's)."""
+
+    def __init__(self, lab, tier: str, bind: str = "auto"):
         self.tier = tier
         self._work = tiers.XSK_WORK[tier]
         self.tally = tiers.Tally()
         self.batch_sizes: list[int] = []  # datagrams per non-empty batch: a per-batch cost's weight
         o = XSK_OPTIONS
         self.xsk = XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns, frames=o["frames"],
-                             chunk_size=o["chunk_size"], rx_size=o["rx_size"])
+                             chunk_size=o["chunk_size"], rx_size=o["rx_size"], bind=bind)
 
     def consume(self, count: int, done: threading.Event) -> tuple[int, float, int]:
         recv, work, tally, sizes = self.xsk.recv, self._work, self.tally, self.batch_sizes

@@ -1,0 +1,36 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`zerolayer bench --pair` on a real driver: the VM rig's virtio-net pair 0
+(vagrant/vm/run.sh --nic-pairs), the zerocopy section measuring zero-copy
+against copy where the kernel's virtio_net has it (6.13+), and saying why
+not before. It runs and reports; what it measures is the bench's business.
+Not in the smoke selection: under TCG it adds a compile and a minute."""
+
+import json
+import subprocess
+
+import pytest
+
+from support import nic_lab
+from support.cli_runner import ZEROLAYER
+
+pytestmark = [pytest.mark.root, pytest.mark.kernel]
+
+
+def test_the_zerocopy_section_runs_on_the_nic_pair_and_gives_it_back():
+    nic_lab.require(1)
+    dut, peer = nic_lab.find(nic_lab.mac(0, 1)), nic_lab.find(nic_lab.mac(0, 2))
+    proc = subprocess.run([ZEROLAYER, "bench", "--section", "zerocopy", "--quick", "--rounds", "1",
+                           "--pair", f"{dut},{peer}", "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["machine"]["lab"]["drivers"] == {"dut": "virtio_net", "peer": "virtio_net"}
+    z = report["zerocopy"]
+    if nic_lab.zerocopy_expected():
+        assert z["skipped"] is None and z["mode_mismatch"] == []
+        for direction in ("rx", "tx"):
+            assert z["ratio"][direction]["rounds"] == 1
+            assert all(z["rate"][direction][mode]["median"] > 0 for mode in ("zerocopy", "copy"))
+    else:
+        assert "(virtio_net)" in z["skipped"] and "zero-copy" in z["skipped"]
+    assert nic_lab.find(nic_lab.mac(0, 1)) == dut and nic_lab.find(nic_lab.mac(0, 2)) == peer
