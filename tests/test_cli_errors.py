@@ -157,3 +157,23 @@ def test_bad_addr_port_is_a_usage_error(cli, args):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "ADDR:PORT" in proc.stderr or "address" in proc.stderr
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_a_command_without_cap_sys_admin_says_which_capability_it_lacks():
+    """What a confined service (a unit's CapabilityBoundingSet) runs into:
+    reading an interface's program by id needs CAP_SYS_ADMIN; one line
+    naming it, not a PermissionError."""
+    from pyxdp.xdp import loader
+
+    ifname = f"zlcs{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", ifname, "type", "veth", "peer", "name", f"{ifname}p"],
+                   check=True)
+    try:
+        loader.attach(ifname)
+        for argv in (["status", ifname], ["attach", ifname]):
+            proc = subprocess.run(["setpriv", "--bounding-set=-sys_admin", "--", ZEROLAYER,
+                                   *argv], capture_output=True, text=True, timeout=120)
+            assert "CAP_SYS_ADMIN" in one_line_error(proc), proc.stderr
+    finally:
+        loader.detach(ifname)
+        subprocess.run(["ip", "link", "del", ifname], capture_output=True)

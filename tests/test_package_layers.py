@@ -20,6 +20,7 @@ LAYERS = (
     {"pyxdp.xsk"},
     {"pyxdp.relay"},
     {"pyxdp.observe"},
+    {"pyxdp.service"},
     {"pyxdp.lab"},
     {"pyxdp.bench"},
     {"pyxdp.cli"},

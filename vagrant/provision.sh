@@ -151,6 +151,12 @@ else
     say "could not write $COMPLETION"
 fi
 
+# --- systemd units -------------------------------------------------------------
+# zerolayer.service (apply --watch) and zerolayer-exporter.service, and a
+# commented example of /etc/zerolayer/zerolayer.toml; nothing is enabled
+# (docs/service.md says how).
+bash "$REPO/packaging/install.sh"
+
 case "$ACTION" in
     demo) exec "$VENV/bin/zerolayer" demo ;;
     # pytest runs from the repository but imports the installed package:

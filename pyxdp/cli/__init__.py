@@ -24,6 +24,7 @@ def cli():
 
 def _register() -> None:
     from pyxdp.cli import (
+        apply_commands,
         bench_commands,
         emit_commands,
         lab_commands,
@@ -35,7 +36,7 @@ def _register() -> None:
     )
 
     for module in (xdp_commands, tune_commands, lab_commands, listen_commands, bench_commands,
-                   observe_commands, relay_commands, emit_commands):
+                   observe_commands, relay_commands, emit_commands, apply_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
 

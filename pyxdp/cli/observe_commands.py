@@ -27,15 +27,25 @@ def _check_netns(netns: str | None) -> None:
               help="Where to serve /metrics (port 0: a free one, which the start-up line "
                    "names). Loopback by default: put a scraper or a proxy next to it "
                    "rather than exposing it.")
+@click.option("--config", "config_path", metavar="FILE", default=None,
+              help="Listen where the [exporter] table of this configuration file says "
+                   "(zerolayer apply's; docs/spec.md §10.1), instead of --listen.")
 @click.option("--once", is_flag=True,
               help="Print the metrics once and exit (e.g. for node_exporter's textfile collector).")
 @netns_option(WATCHED_NETNS)
 @json_option("On start, print what is served where as one JSON object on stdout.")
-def exporter(listen, once, netns, as_json):
+@click.pass_context
+def exporter(ctx, listen, config_path, once, netns, as_json):
     """Serve Prometheus metrics for every interface zerolayer is attached to."""
     from pyxdp.cli.render import emit_json
     from pyxdp.observe import exporter as exporter_mod
 
+    if config_path is not None:
+        from pyxdp.cli.apply_commands import load_config
+
+        if ctx.get_parameter_source("listen") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("give --listen or --config, not both")
+        listen = load_config(ctx, config_path).exporter.listen
     if once and as_json:
         raise click.UsageError("--once prints the Prometheus text format; for the same "
                                "reads as JSON run `zerolayer top --json --count 1`")

@@ -19,6 +19,7 @@ import fcntl
 import os
 import shutil
 import time
+from collections.abc import Callable
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.xdp import pins
@@ -43,10 +44,10 @@ def _holder(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def held(ifname: str, netns: str | None, wait_s: float = DEFAULT_WAIT_S):
-    """Hold IFNAME's lock for the block, waiting up to WAIT_S seconds for it;
-    a one-line error, with nothing changed, if it stays taken."""
-    target = path(ifname, netns)
+def file_held(target: str, wait_s: float, busy: Callable[[str], str]):
+    """Hold an flock on TARGET (created if need be) for the block, waiting up
+    to WAIT_S seconds for it; if it stays taken, BUSY(holder) is the
+    one-line error (HOLDER: " (pid N)" as the holder wrote it, or "")."""
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -62,16 +63,22 @@ def held(ifname: str, netns: str | None, wait_s: float = DEFAULT_WAIT_S):
                 if exc.errno != errno.EWOULDBLOCK:
                     raise
             if time.monotonic() >= deadline:
-                where = f" in netns {netns}" if netns else ""
-                raise ZerolayerError(
-                    f"another zerolayer command{_holder(fd)} is changing {ifname}{where}; "
-                    f"nothing was changed: try again, or wait longer with --wait SECONDS")
+                raise ZerolayerError(busy(_holder(fd)))
             time.sleep(_POLL_S)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def held(ifname: str, netns: str | None, wait_s: float = DEFAULT_WAIT_S):
+    """Hold IFNAME's lock for the block, waiting up to WAIT_S seconds for it;
+    a one-line error, with nothing changed, if it stays taken."""
+    where = f" in netns {netns}" if netns else ""
+    return file_held(path(ifname, netns), wait_s, lambda holder: (
+        f"another zerolayer command{holder} is changing {ifname}{where}; "
+        "nothing was changed: try again, or wait longer with --wait SECONDS"))
 
 
 def locked_netns() -> list[str]:

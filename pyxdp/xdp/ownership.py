@@ -55,6 +55,11 @@ def _program_info(prog_id: int) -> bpfsys.ProgInfo | None:
         fd = bpfsys.prog_fd_by_id(prog_id)
     except FileNotFoundError:  # detached and freed since we asked
         return None
+    except PermissionError as exc:
+        raise ZerolayerError(
+            f"cannot read XDP program {prog_id} (BPF_PROG_GET_FD_BY_ID: {exc.strerror}): "
+            "it needs CAP_SYS_ADMIN (run as root, or give the service that capability)"
+        ) from None
     try:
         return bpfsys.prog_info(fd)
     finally:

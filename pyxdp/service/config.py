@@ -1,0 +1,300 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The configuration file (docs/spec.md §10.1): read, check, and turn into
+frozen values. Every error is one line naming the file, the line and the
+key; unknown keys are refused, with the nearest known one suggested."""
+
+import difflib
+import ipaddress
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.observe.exporter import DEFAULT_LISTEN, parse_listen
+from pyxdp.proto import frames
+from pyxdp.service.positions import key_lines
+from pyxdp.xdp.loader import MODES
+from pyxdp.xdp.maps import MAX_PORTS, POLICIES
+
+DEFAULT_PATH = "/etc/zerolayer/zerolayer.toml"
+VERSION = 1  # the schema this zerolayer reads; `version` may be left out
+
+_TOP = ("version", "interface", "tuning", "exporter", "service")
+_INTERFACE = ("name", "match", "netns", "ports", "on_malformed", "mode", "flows", "forward",
+              "replace")
+_MATCH = ("name", "driver")
+_TUNING = ("profile", "interfaces", "netns", "strict", "state_dir")
+_EXPORTER = ("address", "port")
+_SERVICE = ("detach_on_stop",)
+_IFNAMSIZ = 16  # with its terminating NUL
+_TOML_AT = re.compile(r"^(.*) \(at (?:line (\d+), column (\d+)|end of document)\)$")
+
+
+class ConfigError(ZerolayerError):
+    """The file is not a configuration this zerolayer can apply (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Match:
+    name: str | None  # a shell-style glob on the interface name
+    driver: str | None  # the driver's name, as `ethtool -i` says it
+
+
+@dataclass(frozen=True)
+class Interface:
+    """One [[interface]] table, defaults filled in."""
+
+    name: str | None
+    match: Match | None
+    netns: str | None
+    ports: tuple[int, ...]
+    on_malformed: str
+    mode: str
+    flows: bool
+    forward: bool
+    replace: bool
+    line: int | None  # of its [[interface]] header
+
+
+@dataclass(frozen=True)
+class Tuning:
+    profile: str  # a shipped name, or a path (relative ones taken from the file's directory)
+    interfaces: tuple[str, ...]
+    netns: str | None
+    strict: bool
+    state_dir: str | None  # where tune keeps what it changed (None: its default)
+
+
+@dataclass(frozen=True)
+class Exporter:
+    address: str
+    port: int
+
+    @property
+    def listen(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    version: int
+    interfaces: tuple[Interface, ...]
+    tuning: Tuning | None
+    exporter: Exporter
+    detach_on_stop: bool
+
+    def namespaces(self) -> set[str | None]:
+        """The namespaces the file names interfaces in (None: the host's)."""
+        return {i.netns for i in self.interfaces}
+
+
+def load(path: str) -> Config:
+    """The configuration in PATH, or ConfigError."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    return parse(text, path)
+
+
+def parse(text: str, path: str = "<string>") -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(_toml_error(str(exc), path, text)) from None
+    try:
+        lines: dict[tuple, int] | None = key_lines(text)
+    except (AssertionError, IndexError, ValueError):  # a construct positions.py misreads
+        lines = None  # errors then name the file and the key, without a line
+    return _Checker(path, lines).config(data)
+
+
+def _toml_error(message: str, path: str, text: str) -> str:
+    m = _TOML_AT.match(message)
+    if not m:
+        return f"{path}: {message}"
+    line = m.group(2) or str(text.count("\n") + 1)
+    column = f" (column {m.group(3)})" if m.group(3) else ""
+    return f"{path}:{line}: {m.group(1)}{column}"
+
+
+def _dotted(path: tuple) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part + 1}]" if isinstance(part, int) else f".{part}" if out else part
+    return out
+
+
+class _Checker:
+    def __init__(self, path: str, lines: dict[tuple, int] | None):
+        self.path = path
+        self.lines = lines
+
+    def line(self, where: tuple) -> int | None:
+        """The line of WHERE, else of the nearest enclosing key or table."""
+        if self.lines is None:
+            return None
+        for n in range(len(where), 0, -1):
+            if where[:n] in self.lines:
+                return self.lines[where[:n]]
+        return 1
+
+    def error(self, where: tuple, what: str) -> ConfigError:
+        key = f"{_dotted(where)}: " if where else ""
+        line = self.line(where)
+        return ConfigError(f"{self.path}{'' if line is None else f':{line}'}: {key}{what}")
+
+    def table(self, data: Any, where: tuple, known: tuple[str, ...]) -> dict:
+        if not isinstance(data, dict):
+            raise self.error(where, "must be a table")
+        for key in data:
+            if key not in known:
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise self.error(where + (key,),
+                                 f"unknown key{hint}; known here: {', '.join(known)}")
+        return data
+
+    def typed(self, data: dict, where: tuple, key: str, kind: type, default: Any) -> Any:
+        if key not in data:
+            return default
+        value = data[key]
+        # bool is an int in Python, not in TOML
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            words = {str: "a string", bool: "true or false", int: "an integer"}
+            raise self.error(where + (key,), f"must be {words[kind]}")
+        return value
+
+    def choice(self, data: dict, where: tuple, key: str, choices: tuple[str, ...]) -> str:
+        value = self.typed(data, where, key, str, choices[0])
+        if value not in choices:
+            raise self.error(where + (key,), f"{value!r}: use one of {', '.join(choices)}")
+        return value
+
+    def name(self, data: dict, where: tuple, key: str, what: str) -> str | None:
+        value = self.typed(data, where, key, str, None)
+        if value is not None and (not value or value in (".", "..")
+                                  or any(c in value for c in '/"\\ \t\n')):
+            raise self.error(where + (key,), f"{value!r} is not a valid {what} name")
+        return value
+
+    def config(self, data: dict) -> Config:
+        self.table(data, (), _TOP)
+        version = self.typed(data, (), "version", int, VERSION)
+        if version != VERSION:
+            raise self.error(("version",), f"{version}: this zerolayer reads version {VERSION}")
+        raw_interfaces = data.get("interface", [])
+        if not isinstance(raw_interfaces, list):
+            raise self.error(("interface",), "must be [[interface]] tables")
+        interfaces = tuple(self.interface(raw, ("interface", i))
+                           for i, raw in enumerate(raw_interfaces))
+        seen: dict[tuple, Interface] = {}
+        for i, iface in enumerate(interfaces):
+            if iface.name is None:
+                continue
+            other = seen.setdefault((iface.netns, iface.name), iface)
+            if other is not iface:
+                on = f", on line {other.line}" if other.line else ""
+                raise self.error(("interface", i, "name"), f"{iface.name} is named already{on}")
+        return Config(
+            path=self.path, version=version, interfaces=interfaces,
+            tuning=self.tuning(data["tuning"]) if "tuning" in data else None,
+            exporter=self.exporter(data.get("exporter", {})),
+            detach_on_stop=self.typed(self.table(data.get("service", {}), ("service",), _SERVICE),
+                                      ("service",), "detach_on_stop", bool, False),
+        )
+
+    def interface(self, raw: Any, where: tuple) -> Interface:
+        data = self.table(raw, where, _INTERFACE)
+        name = self.name(data, where, "name", "interface")
+        if name is not None and len(name) >= _IFNAMSIZ:
+            raise self.error(where + ("name",), f"{name!r} is longer than {_IFNAMSIZ - 1} "
+                                                "characters, which no interface name is")
+        match = self.match(data["match"], where + ("match",)) if "match" in data else None
+        if (name is None) == (match is None):
+            raise self.error(where, "give either name or match" if name is None
+                             else "give name or match, not both")
+        return Interface(
+            name=name, match=match, netns=self.name(data, where, "netns", "network namespace"),
+            ports=self.ports(data, where), on_malformed=self.choice(data, where, "on_malformed", POLICIES),
+            mode=self.choice(data, where, "mode", MODES),
+            flows=self.typed(data, where, "flows", bool, False),
+            forward=self.typed(data, where, "forward", bool, False),
+            replace=self.typed(data, where, "replace", bool, False),
+            line=self.line(where),
+        )
+
+    def match(self, raw: Any, where: tuple) -> Match:
+        data = self.table(raw, where, _MATCH)
+        match = Match(self.typed(data, where, "name", str, None),
+                      self.typed(data, where, "driver", str, None))
+        if match.name is None and match.driver is None:
+            raise self.error(where, "give name (a glob), driver, or both")
+        if match.name == "" or match.driver == "":
+            raise self.error(where + ("name" if match.name == "" else "driver",), "is empty")
+        return match
+
+    def ports(self, data: dict, where: tuple) -> tuple[int, ...]:
+        if "ports" not in data:
+            return (frames.DEFAULT_PORT,)
+        value = data["ports"]
+        if not isinstance(value, list) or not value:
+            raise self.error(where + ("ports",), "must be a list of UDP ports, e.g. [9977]")
+        for i, port in enumerate(value):
+            if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+                raise self.error(where + ("ports", i), f"{port!r} is not a UDP port (1-65535)")
+        ports = tuple(sorted(set(value)))
+        if len(ports) > MAX_PORTS:
+            raise self.error(where + ("ports",), f"{len(ports)} ports: at most {MAX_PORTS}")
+        return ports
+
+    def tuning(self, raw: Any) -> Tuning:
+        from pyxdp.tuning import profile as profiles
+
+        where = ("tuning",)
+        data = self.table(raw, where, _TUNING)
+        if "profile" not in data:
+            raise self.error(where, "needs profile (a shipped name, or the path of a .toml file)")
+        name = self.typed(data, where, "profile", str, None)
+        if os.sep in name or name.endswith(".toml"):
+            name = self.beside(name)
+        try:
+            profiles.load(name)  # a bad profile is a bad file: found now, not at apply
+        except ZerolayerError as exc:
+            raise self.error(where + ("profile",), str(exc)) from None
+        interfaces = data.get("interfaces", [])
+        if not isinstance(interfaces, list) or not all(isinstance(i, str) and i
+                                                        for i in interfaces):
+            raise self.error(where + ("interfaces",), "must be a list of interface names")
+        state_dir = self.typed(data, where, "state_dir", str, None)
+        return Tuning(name, tuple(interfaces), self.name(data, where, "netns", "network namespace"),
+                      self.typed(data, where, "strict", bool, False),
+                      None if state_dir is None else self.beside(state_dir))
+
+    def beside(self, path: str) -> str:
+        """PATH, a relative one taken from the file's directory."""
+        return os.path.join(os.path.dirname(os.path.abspath(self.path)), path)
+
+    def exporter(self, raw: Any) -> Exporter:
+        where = ("exporter",)
+        data = self.table(raw, where, _EXPORTER)
+        default_address, default_port = parse_listen(DEFAULT_LISTEN)
+        address = self.typed(data, where, "address", str, default_address)
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise self.error(where + ("address",),
+                             f"{address!r} is not a numeric IPv4 or IPv6 address") from None
+        port = self.typed(data, where, "port", int, default_port)
+        if not 0 <= port <= 65535:
+            raise self.error(where + ("port",), f"{port} is not a TCP port (0-65535)")
+        return Exporter(address, port)

@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The service suite inside the VM (suite.sh copies it to the job share and
+# boots the VM twice from one disk). systemd is PID 1; zerolayer, its units
+# and its container image were baked in by image.sh.
+#
+#   guest.sh 1   first boot: which hardening options and capabilities
+#                zerolayer really needs (transient units), then enable the
+#                units and write /etc/zerolayer/zerolayer.toml
+#   guest.sh 2   after the reboot: the attachment and the exporter are back,
+#                traffic is counted, --watch attaches a new veth, reload
+#                converges, a broken file keeps the last good state; then
+#                `podman kube play` of packaging/kubernetes
+#
+# Every check prints "ok: ..." or "FAIL: ..."; the first FAIL ends the boot
+# with status 1. Traffic stays on the VM's own NIC pair (eth0 and eth1 share
+# a qemu hub with no backend) and on veths made here.
+set -uo pipefail
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+BOOT="${1:?usage: guest.sh 1|2}"
+SHARE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"   # the job share
+CONF=/etc/zerolayer/zerolayer.toml
+UNIT=/usr/local/lib/systemd/system/zerolayer.service
+ZL=/usr/local/bin/zerolayer
+PY=/opt/zerolayer/venv/bin/python
+
+T0=$SECONDS phase_start=$SECONDS
+phase() { echo "== phase $1: $((SECONDS - phase_start)) s (boot $BOOT at $((SECONDS - T0)) s)"; phase_start=$SECONDS; }
+ok() { echo "ok: $*"; }
+fail() {
+    echo "FAIL: $*"
+    echo "--- the units' journal, last lines:"
+    journalctl -u zerolayer.service -u zerolayer-exporter.service -n 25 --no-pager -o short-monotonic | sed 's/^/    /'
+    exit 1
+}
+wait_for() { # SECONDS WHAT COMMAND...: poll COMMAND until it succeeds
+    local limit="$1" what="$2" start=$SECONDS
+    shift 2
+    until "$@" >/dev/null 2>&1; do
+        [ $((SECONDS - start)) -lt "$limit" ] || fail "$what: not within $limit s"
+        sleep 1
+    done
+    ok "$what (after $((SECONDS - start)) s)"
+}
+# The running configuration of IFACE [NETNS], as "ports=9977,9978 on_malformed=drop".
+running() {
+    # timeout: a check that hangs must fail its wait, not eat the suite's clock.
+    timeout 60 $ZL config "$1" ${2:+--netns "$2"} --json |
+        $PY -c 'import json, sys; c = json.load(sys.stdin); print("ports=" + ",".join(map(str, c["ports"])), "on_malformed=" + c["on_malformed"])'
+}
+is_running() { [ "$(running "$1" "${3:-}" 2>/dev/null)" = "$2" ]; }
+exported() { scrape "$1" | grep -q "interface=\"$2\",netns=\"$3\""; } # URL IFACE NETNS
+scrape() { $PY -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())' "$1"; }
+metric() { # URL NAME IFACE: the value of NAME{interface="IFACE"}, as an integer
+    scrape "$1" | awk -v m="$2" -v i="interface=\"$3\"" 'index($0, m "{") == 1 && index($0, i) { printf "%d\n", $NF; exit }'
+}
+
+# --- boot 1 -------------------------------------------------------------------
+# The properties of zerolayer.service's [Service] section that confine it, as
+# systemd-run -p arguments (what runs and how it restarts left out).
+unit_props() {
+    awk '/^\[Service\]/ { s = 1; next } /^\[/ { s = 0 }
+         s && /^[A-Z][A-Za-z]*=/ && !/^(Type|Exec|Restart|Timeout|RuntimeDirectoryPreserve)/ { print "-p"; print }' "$UNIT"
+}
+# attach in a transient unit confined as zerolayer.service is, with EXTRA
+# properties; prints its error line, returns its status.
+confined_attach() { # IFACE NETNS|"" EXTRA-PROPERTY...
+    local iface="$1" ns="$2" out rc
+    shift 2
+    mapfile -t props < <(unit_props)
+    out="$(systemd-run --wait --pipe --collect "${props[@]}" "$@" \
+        $ZL attach "$iface" --port 9977 ${ns:+--netns "$ns"} 2>&1)"
+    rc=$?
+    # zerolayer's own error line, else how systemd saw it end (a signal).
+    echo "exit $rc: $(grep -m 1 -e '^zerolayer:' -e 'terminated with:' <<<"$out")"
+    $ZL detach "$iface" ${ns:+--netns "$ns"} >/dev/null 2>&1
+    return $rc
+}
+boot1() {
+    echo "zerolayer $($ZL --version), podman $(podman --version), kernel $(uname -r), PID 1 $(ps -o comm= -p 1)"
+    ip netns add zlh
+    ip link add zlh0 type veth peer name zlh1 netns zlh
+    ip -n zlh link set zlh1 up
+    ip link set zlh0 up
+    local line
+    # The unit as written must work, with a namespace (setns) in play.
+    line="$(confined_attach zlh1 zlh)" || fail "attach confined as zerolayer.service: $line"
+    ok "attach in netns, confined as zerolayer.service"
+    phase "hardening: the unit's own options"
+    # Each option left out of the unit must really break zerolayer, and each
+    # capability must be needed. Every case runs, then the first surprise fails.
+    local surprises=()
+    for opt in ProtectKernelModules=yes ProtectKernelTunables=yes \
+               SystemCallFilter=@system-service RestrictNamespaces=yes; do
+        if line="$(confined_attach zlh1 zlh -p "$opt")"; then
+            echo "SURPRISE: $opt does not break zerolayer: add it to the unit"
+            surprises+=("$opt")
+        else
+            ok "$opt breaks it: $line"
+        fi
+    done
+    phase "hardening: the options left out"
+    # Capabilities: without CAP_NET_ADMIN or without CAP_SYS_ADMIN an attach
+    # fails (CAP_SYS_ADMIN even outside namespaces: BPF_PROG_GET_FD_BY_ID,
+    # with which zerolayer reads what an interface runs, asks for it).
+    local all="CAP_BPF CAP_PERFMON CAP_NET_ADMIN CAP_SYS_ADMIN" cap rest
+    for cap in CAP_NET_ADMIN CAP_SYS_ADMIN; do
+        rest="$(echo " $all " | sed "s/ $cap / /")"
+        if line="$(confined_attach zlh0 "" -p "CapabilityBoundingSet=$rest" -p "AmbientCapabilities=$rest")"; then
+            echo "SURPRISE: attach works without $cap"
+            surprises+=("$cap")
+        else
+            ok "$cap needed: $line"
+        fi
+    done
+    # CAP_SYS_ADMIN grants what CAP_BPF and CAP_PERFMON grant: the unit keeps
+    # them for what they say, and this shows they add nothing beside it.
+    line="$(confined_attach zlh1 zlh -p "CapabilityBoundingSet=CAP_NET_ADMIN CAP_SYS_ADMIN" \
+        -p "AmbientCapabilities=CAP_NET_ADMIN CAP_SYS_ADMIN")" || fail "attach with CAP_NET_ADMIN CAP_SYS_ADMIN only: $line"
+    ok "attach in netns with CAP_NET_ADMIN and CAP_SYS_ADMIN alone: CAP_BPF and CAP_PERFMON are subsumed"
+    [ ${#surprises[@]} -eq 0 ] || fail "the unit does not match what zerolayer needs: ${surprises[*]}"
+    ip netns del zlh
+    phase "capabilities"
+
+    # eth0 is the VM's virtio NIC. on_malformed = "pass" and the port 9555
+    # are not the defaults: seeing them after the reboot shows the file was read.
+    mkdir -p /etc/zerolayer
+    cat >"$CONF" <<'TOML'
+[[interface]]
+name = "eth0"
+ports = [9977]
+on_malformed = "pass"
+
+[[interface]]
+match = { name = "zlw*" }
+ports = [9977]
+
+[exporter]
+address = "127.0.0.1"
+port = 9555
+TOML
+    systemctl enable zerolayer.service zerolayer-exporter.service 2>&1
+    systemctl is-enabled zerolayer.service zerolayer-exporter.service | tr '\n' ' '
+    echo
+    phase "enable and configure"
+}
+
+# --- boot 2 -------------------------------------------------------------------
+boot2() {
+    local url=http://127.0.0.1:9555/metrics n
+    wait_for 600 "zerolayer.service attached eth0 from the file alone" is_running eth0 "ports=9977 on_malformed=pass"
+    systemctl is-active zerolayer.service zerolayer-exporter.service | tr '\n' ' '; echo
+    wait_for 120 "the exporter answers on the configured port 9555" scrape "$url"
+    [ "$(metric "$url" zerolayer_attached eth0)" = 1 ] || fail "zerolayer_attached{interface=eth0} is not 1"
+    ok "zerolayer_attached{interface=\"eth0\"} 1"
+    phase "back after the reboot"
+
+    # Token datagrams from eth1 (in namespace peer) to eth0, over the hub.
+    ip netns add peer
+    ip link set eth1 netns peer
+    ip -n peer addr add 10.77.0.2/24 dev eth1
+    ip -n peer link set eth1 up
+    ip addr add 10.77.0.1/24 dev eth0
+    ip link set eth0 up
+    ip netns exec peer $PY -c '
+import socket
+from pyxdp.proto import frames
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(20):
+    s.sendto(frames.encode(frames.FrameType.TOKEN, f"tok{i}"), ("10.77.0.1", 9977))
+' || fail "sending token datagrams"
+    n="$(metric "$url" zerolayer_token_datagrams_total eth0)"
+    [ "$n" -ge 20 ] 2>/dev/null || fail "token datagrams counted on eth0: '$n', wanted 20 or more"
+    ok "zerolayer_token_datagrams_total{interface=\"eth0\"} $n after 20 sent"
+    phase "traffic counted"
+
+    ip link add zlw0 type veth peer name zlv0
+    ip link set zlw0 up
+    wait_for 300 "--watch attached zlw0, a veth made after boot" is_running zlw0 "ports=9977 on_malformed=drop"
+    phase "new veth"
+
+    # An edit, then `systemctl reload`: eth0 gets a second port and an
+    # interface in a namespace (setns under the unit's confinement).
+    ip netns add zlns
+    ip link add zlq0 type veth peer name zlp0 netns zlns
+    ip -n zlns link set zlp0 up
+    cat >>"$CONF" <<'TOML'
+
+[[interface]]
+match = { name = "zlp*" }
+netns = "zlns"
+ports = [9988]
+TOML
+    sed -i '0,/^ports = \[9977\]$/s//ports = [9977, 9978]/' "$CONF"
+    systemctl reload zerolayer.service
+    wait_for 300 "reload: eth0 has ports 9977 and 9978" is_running eth0 "ports=9977,9978 on_malformed=pass"
+    wait_for 300 "reload: zlp0 in netns zlns attached" is_running zlp0 "ports=9988 on_malformed=drop" zlns
+    wait_for 60 "the exporter shows zlp0 in netns zlns" exported "$url" zlp0 zlns
+    phase "reload converges"
+
+    local cursor
+    cursor="$(journalctl -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p')"
+    cp "$CONF" "$CONF.good"
+    echo 'ports = [' >>"$CONF"
+    systemctl reload zerolayer.service
+    sleep 5
+    systemctl is-active -q zerolayer.service || fail "zerolayer.service died on a broken file"
+    is_running eth0 "ports=9977,9978 on_malformed=pass" || fail "a broken file changed eth0: $(running eth0)"
+    is_running zlw0 "ports=9977 on_malformed=drop" || fail "a broken file changed zlw0"
+    # Every line zerolayer itself wrote since (systemd's own "Reloading" lines left out).
+    mapfile -t lines < <(journalctl --after-cursor "$cursor" -o cat -q \
+        _PID="$(systemctl show -P MainPID zerolayer.service)")
+    printf '    journal: %s\n' "${lines[@]}"
+    [ ${#lines[@]} -eq 1 ] || fail "the broken file logged ${#lines[@]} lines, wanted 1"
+    ok "a broken file keeps the last good state and logs one line"
+    mv "$CONF.good" "$CONF"
+    phase "broken file"
+
+    systemctl stop zerolayer.service zerolayer-exporter.service
+    is_running eth0 "ports=9977,9978 on_malformed=pass" || fail "stopping zerolayer.service detached eth0"
+    ok "systemctl stop leaves the attachments (detach_on_stop is false)"
+    for i in eth0 zlw0; do $ZL detach "$i" >/dev/null || fail "detach $i"; done
+    $ZL detach zlp0 --netns zlns >/dev/null || fail "detach zlp0"
+    phase "stop"
+
+    kube
+}
+
+# --- podman kube play -------------------------------------------------------------
+kube() {
+    local url=http://127.0.0.1:9435/metrics vol
+    podman kube play --configmap "$SHARE/configmap.yaml" "$SHARE/daemonset.yaml" 2>&1 | tail -n 3
+    podman pod ps --format '    pod {{.Name}} {{.Status}} containers={{.NumberOfContainers}}'
+    wait_for 600 "the pod attached eth0 from the ConfigMap" is_running eth0 "ports=9977 on_malformed=drop"
+    wait_for 300 "the pod's exporter is scraped on 9435" scrape "$url"
+    [ "$(metric "$url" zerolayer_attached eth0)" = 1 ] || fail "pod exporter: zerolayer_attached{interface=eth0} is not 1"
+    ok "pod exporter: zerolayer_attached{interface=\"eth0\"} 1"
+    podman ps --format '    {{.Names}} {{.Status}}'
+    # podman runs the liveness probe as a healthcheck inside the container.
+    echo "    exporter healthcheck: $(podman inspect --format '{{json .Config.Healthcheck}}' zerolayer-pod-exporter)"
+    podman healthcheck run zerolayer-pod-exporter || fail "the exporter's healthcheck (its liveness probe) fails"
+    ok "the exporter's liveness probe passes as a podman healthcheck"
+    phase "kube play"
+
+    # What the kubelet does when a ConfigMap changes: the mounted file is
+    # rewritten in place; podman keeps the data in a volume of that name.
+    vol="$(podman volume inspect zerolayer-config --format '{{.Mountpoint}}')" || fail "no volume zerolayer-config"
+    sed -i 's/^ports = \[9977\]$/ports = [9977, 9979]/' "$vol/zerolayer.toml"
+    wait_for 300 "ConfigMap change: eth0 has ports 9977 and 9979" is_running eth0 "ports=9977,9979 on_malformed=drop"
+    phase "ConfigMap change"
+
+    podman kube down "$SHARE/daemonset.yaml" 2>&1 | tail -n 2
+    [ -z "$(podman pod ps -q)" ] || fail "pods left after kube down: $(podman pod ps)"
+    ok "podman kube down removed the pod; eth0 after it: $(running eth0 2>&1 || true)"
+    $ZL detach eth0 >/dev/null 2>&1 || true
+    phase "kube down"
+}
+
+case "$BOOT" in
+    1) boot1 ;;
+    2) boot2 ;;
+    *) fail "usage: guest.sh 1|2" ;;
+esac
+echo "== boot $BOOT passed in $((SECONDS - T0)) s"

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Build (once) and print the directory of the service suite's image: the
+# rig's Debian 13 image (vagrant/vm/image.sh 6.12) with systemd as PID 1,
+# podman 5.4, zerolayer installed from a wheel, its units (packaging/
+# install.sh) and its container image as an archive. Two cached layers, under
+# ${ZEROLAYER_VM_CACHE:-/var/cache/zerolayer/vm}/service-6.12/:
+#   system/  the rig's image + systemd, podman; keyed on the rig image's own
+#            key, this script and zl-job*
+#   ./       system/ + zerolayer (wheel, units, container image); keyed on
+#            system/'s key and the files that go into the wheel and image
+# The directory holds rootfs.ext4, vmlinuz, initrd.img and kernel-release, as
+# the rig's does. Run it as root.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../../.." && pwd)"
+CACHE="${ZEROLAYER_VM_CACHE:-/var/cache/zerolayer/vm}"
+OUT="$CACHE/service-6.12"
+SYSTEM_PKGS=(systemd-sysv udev dbus podman crun conmon netavark aardvark-dns catatonit)
+
+say() { printf 'vagrant/vm/service/image.sh: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+[ "$(id -u)" -eq 0 ] || die "run me as root (chroot and loop mounts need it)"
+
+# The host builds the container image (packaging/container/build.sh) with
+# its own podman; a fresh machine lacks it.
+if ! command -v podman >/dev/null; then
+    say "installing podman on the host (it builds the container image)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >&2
+    apt-get install -y -q --no-install-recommends podman crun netavark aardvark-dns uidmap >&2
+fi
+RIG="$(bash "$REPO/vagrant/vm/image.sh" 6.12)"
+SYSTEM_KEY="$( { cat "$RIG/inputs.sha256" "$RIG/kernel-index" "${BASH_SOURCE[0]}" \
+                 "$HERE/zl-job" "$HERE/zl-job.service"; } | sha256sum | cut -d' ' -f1)"
+# What the wheel and the container image are made of (pyxdp/bpf and
+# pyxdp/tuning are symlinks: -h follows them).
+tree_tar() {
+    tar -C "$REPO" -h --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+        --exclude=__pycache__ --exclude='*.pyc' -cf - \
+        pyxdp pyproject.toml setup.py README.md LICENSE LICENSES packaging
+}
+TREE_KEY="$( { echo "$SYSTEM_KEY"; tree_tar | sha256sum; } | sha256sum | cut -d' ' -f1)"
+
+mkdir -p "$OUT"
+exec 9>"$OUT/.lock"
+flock 9
+if [ "$(cat "$OUT/key" 2>/dev/null)" = "$TREE_KEY" ] && [ -f "$OUT/rootfs.ext4" ]; then
+    say "reusing cached image $OUT"
+    echo "$OUT"
+    exit 0
+fi
+
+WORK="$(mktemp -d "$OUT/.build.XXXXXX")"
+MNT="$WORK/mnt"
+MOUNTS=()
+cleanup() {
+    local i
+    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
+        # -d: the loop device of the image goes with its mount.
+        umount -d "${MOUNTS[i]}" 2>/dev/null || umount -l -d "${MOUNTS[i]}" 2>/dev/null || true
+    done
+    MOUNTS=()
+    if findmnt -rn -o TARGET | grep -q "^$WORK/"; then
+        say "left $WORK in place: something is still mounted under it"
+    else
+        rm -rf --one-file-system "$WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+phase_start=$SECONDS
+phase() { say "phase $1 took $((SECONDS - phase_start)) s"; phase_start=$SECONDS; }
+
+mnt() { mount "$@"; MOUNTS+=("${@: -1}"); }
+open_root() { # IMAGE: loop-mount it on $MNT with what a chroot needs
+    mkdir -p "$MNT"
+    mnt -o loop "$1" "$MNT"
+    mnt -t proc proc "$MNT/proc"
+    mnt -t sysfs sysfs "$MNT/sys"
+    mnt --bind /dev "$MNT/dev"
+    mnt --bind /dev/pts "$MNT/dev/pts"
+    mnt -t tmpfs tmpfs "$MNT/run"
+    mnt -t tmpfs tmpfs "$MNT/tmp"
+    cp /etc/resolv.conf "$MNT/etc/resolv.conf"
+}
+close_root() {
+    local i
+    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount -d "${MOUNTS[i]}"; done
+    MOUNTS=()
+}
+inroot() { chroot "$MNT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+    LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
+
+# --- system/: systemd and podman on the rig's image -----------------------------
+if [ "$(cat "$OUT/system/key" 2>/dev/null)" != "$SYSTEM_KEY" ] || [ ! -f "$OUT/system/rootfs.ext4" ]; then
+    say "building system/ from $RIG"
+    cp --sparse=always "$RIG/rootfs.ext4" "$WORK/system.ext4"
+    # Room for podman's store: the container image, loaded, and its archive.
+    truncate -s +4G "$WORK/system.ext4"
+    e2fsck -fy "$WORK/system.ext4" >/dev/null || [ $? -le 1 ]
+    resize2fs -f "$WORK/system.ext4" >/dev/null 2>&1
+    open_root "$WORK/system.ext4"
+    printf '#!/bin/sh\nexit 101\n' >"$MNT/usr/sbin/policy-rc.d"
+    chmod +x "$MNT/usr/sbin/policy-rc.d"
+    inroot apt-get update -q >&2
+    inroot apt-get install -y -q --no-install-recommends "${SYSTEM_PKGS[@]}" >&2
+    inroot apt-get clean
+    rm -f "$MNT/usr/sbin/policy-rc.d"
+    # A short TCG boot: nothing starts that the suite does not need.
+    inroot systemctl mask haproxy.service apt-daily.timer apt-daily-upgrade.timer \
+        e2scrub_all.timer e2scrub_reap.service fstrim.timer dpkg-db-backup.timer \
+        man-db.timer systemd-timesyncd.service getty@tty1.service >/dev/null 2>&1
+    install -m 0755 "$HERE/zl-job" "$MNT/usr/local/sbin/zl-job"
+    install -m 0644 "$HERE/zl-job.service" "$MNT/etc/systemd/system/zl-job.service"
+    inroot systemctl enable zl-job.service >/dev/null 2>&1
+    # The journal survives the reboot: the second boot's tests read the first's.
+    mkdir -p "$MNT/var/log/journal"
+    close_root
+    mkdir -p "$OUT/system"
+    mv "$WORK/system.ext4" "$OUT/system/rootfs.ext4"
+    echo "$SYSTEM_KEY" >"$OUT/system/key"
+    phase system
+fi
+
+# --- ./: zerolayer, its units and its container image ---------------------------
+cp --sparse=always "$OUT/system/rootfs.ext4" "$WORK/rootfs.ext4"
+open_root "$WORK/rootfs.ext4"
+mkdir -p "$MNT/tmp/src" "$WORK/wheels"
+tree_tar | tar -C "$MNT/tmp/src" -xf -
+# The wheel is built here, by Debian 13's Python (the compiled AF_XDP core
+# is built for it); the image's venv already holds the dependencies.
+inroot /opt/zerolayer/venv/bin/pip wheel --quiet --no-deps --no-build-isolation \
+    --disable-pip-version-check -w /tmp/wheels /tmp/src >&2
+inroot /opt/zerolayer/venv/bin/pip install --quiet --no-deps --no-index \
+    --disable-pip-version-check --force-reinstall "/tmp/wheels/$(cd "$MNT/tmp/wheels" && echo zerolayer-*.whl)" >&2
+ln -sfn /opt/zerolayer/venv/bin/zerolayer "$MNT/usr/local/bin/zerolayer"
+inroot bash /tmp/src/packaging/install.sh >&2
+# pyroute2's wheel for the container (Debian 13 has 0.7): the version the
+# venv runs.
+PYROUTE2="$(inroot /opt/zerolayer/venv/bin/python -c 'import importlib.metadata as m; print(m.version("pyroute2"))')"
+inroot /opt/zerolayer/venv/bin/pip download --quiet --no-deps --only-binary=:all: \
+    --disable-pip-version-check -d /tmp/wheels "pyroute2==$PYROUTE2" >&2
+cp "$MNT"/tmp/wheels/*.whl "$WORK/wheels/"
+phase zerolayer
+bash "$REPO/packaging/container/build.sh" --wheels "$WORK/wheels" --output "$WORK/zerolayer-image.tar"
+phase "container image"
+# Loaded here, into the image's store, so the guest does not spend TCG time on it.
+mkdir -p "$MNT/var/lib/zerolayer-vm"
+cp "$WORK/zerolayer-image.tar" "$MNT/var/lib/zerolayer-vm/"
+inroot podman load --quiet -i /var/lib/zerolayer-vm/zerolayer-image.tar >&2
+close_root
+phase "image load"
+
+RIG_KREL="$(cat "$RIG/kernel-release")"
+cp "$RIG/vmlinuz" "$RIG/initrd.img" "$WORK/"
+echo "$RIG_KREL" >"$WORK/kernel-release"
+for f in rootfs.ext4 vmlinuz initrd.img kernel-release; do mv "$WORK/$f" "$OUT/$f"; done
+echo "$TREE_KEY" >"$OUT/key"
+say "image ready: $OUT"
+echo "$OUT"
