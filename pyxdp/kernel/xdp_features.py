@@ -12,6 +12,7 @@ i40e, ...) set it only while an XDP program runs on the device itself.
 from dataclasses import dataclass
 
 from pyxdp.kernel import netns as netns_mod
+from pyxdp.kernel.off_loop import off_event_loop
 
 # enum netdev_xdp_act (include/uapi/linux/netdev.h)
 NDO_XMIT = 1 << 2
@@ -45,6 +46,7 @@ def _message_class():
     return DevMessage
 
 
+@off_event_loop
 def read(ifindex: int, netns: str | None = None) -> XdpFeatures | None:
     """The XDP features of device IFINDEX in NETNS; None where the kernel
     has no netdev family (before 6.3) or does not answer for the device."""

@@ -7,16 +7,14 @@ one we name, in one step, so an upgrade never leaves the interface without a
 program and never clobbers a program someone else attached meanwhile.
 """
 
-import asyncio
 import errno
-import functools
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import ethtool
 from pyxdp.kernel import netns as netns_mod
+from pyxdp.kernel.off_loop import off_event_loop
 
 XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
 XDP_FLAGS_SKB_MODE = 1 << 1
@@ -57,23 +55,6 @@ def _ipr():
     return IPRoute(ext_ack=True)
 
 
-def _off_event_loop(func):
-    """pyroute2's synchronous API runs an asyncio loop of its own, which
-    cannot run in a thread where one already runs (an asyncio program
-    opening an XskSocket): there, FUNC runs in a thread of its own, started
-    from this one so that it starts in this thread's network namespace."""
-
-    @functools.wraps(func)
-    def call(*args, **kwargs):
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return func(*args, **kwargs)
-        with ThreadPoolExecutor(1, thread_name_prefix="netlink") as pool:
-            return pool.submit(func, *args, **kwargs).result()
-    return call
-
-
 def _state(msg) -> XdpState:
     """Called inside the interface's netns (the queue count asks its driver)."""
     xdp = msg.get_attr("IFLA_XDP")
@@ -96,7 +77,7 @@ def _state(msg) -> XdpState:
     )
 
 
-@_off_event_loop
+@off_event_loop
 def query(ifname: str, netns: str | None = None) -> XdpState:
     """The XDP state of IFNAME; ZerolayerError if there is no such interface."""
     with netns_mod.entered(netns), _ipr() as ipr:
@@ -109,13 +90,13 @@ def query(ifname: str, netns: str | None = None) -> XdpState:
         return _state(ipr.get_links(found[0])[0])
 
 
-@_off_event_loop
+@off_event_loop
 def query_all(netns: str | None = None) -> list[XdpState]:
     with netns_mod.entered(netns), _ipr() as ipr:
         return sorted((_state(m) for m in ipr.get_links()), key=lambda s: s.ifindex)
 
 
-@_off_event_loop
+@off_event_loop
 def veth_peers(ifnames: list[str], netns: str | None = None) -> dict[str, VethPeer]:
     """The other end of each veth among IFNAMES (in NETNS); the interfaces
     that are no veth are left out. A peer in another namespace is found
@@ -171,7 +152,7 @@ def _netns_by_id(ipr) -> dict[int, str | None]:
     return out
 
 
-@_off_event_loop
+@off_event_loop
 def _set_xdp(ifindex: int, attrs: list, netns: str | None) -> None:
     from pyroute2.netlink.exceptions import NetlinkError
 
