@@ -30,6 +30,14 @@ class XdpFeatures:
         return bool(self.flags & NDO_XMIT)
 
     @property
+    def redirect_target_only_with_a_program(self) -> bool:
+        """The driver has XDP but takes frames redirected (or sent by a
+        live-frames test run) only while an XDP program runs on the device
+        (virtio_net, i40e, ...). flags 0: no XDP at all (a bridge, a dummy),
+        which no program would change."""
+        return bool(self.flags) and not self.redirect_target
+
+    @property
     def xsk_zerocopy(self) -> bool:
         return bool(self.flags & XSK_ZEROCOPY)
 

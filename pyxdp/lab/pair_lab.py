@@ -83,7 +83,7 @@ def takes_redirects_only_with_a_program(end: LabEnd) -> bool:
     with netns.entered(end.netns):
         ifindex = socket.if_nametoindex(end.ifname)
     features = xdp_features.read(ifindex, end.netns)
-    return features is not None and features.flags != 0 and not features.redirect_target
+    return features is not None and features.redirect_target_only_with_a_program
 
 
 def _promiscuous(end: LabEnd, on: bool) -> None:

@@ -116,9 +116,7 @@ def _redirect_target_notes(names: list[str], netns: str | None) -> list[str]:
         if state.ifname not in names or state.mode is not None:
             continue
         features = xdp_features.read(state.ifindex, netns)
-        # flags 0: the driver has no XDP at all (a bridge, a dummy): no
-        # program would change that, so there is nothing to advise.
-        if features is None or not features.flags or features.redirect_target:
+        if features is None or not features.redirect_target_only_with_a_program:
             continue
         attach = f"zerolayer attach {state.ifname}" + (f" --netns {netns}" if netns else "")
         out.append(f"{state.ifname} takes no redirected frames while no XDP program runs on it "
