@@ -131,8 +131,14 @@ def test_usage_errors_exit_2(args):
     assert "Usage" in done.stderr or "Error" in done.stderr
 
 
+def test_a_profile_that_does_not_load_exits_2_with_one_line():
+    """As apply's file: a profile that cannot be read or is wrong (docs/spec.md §5.8)."""
+    done = run_cli("--profile", "turbo", check_rc=2)
+    assert done.stderr.startswith("zerolayer: no profile named 'turbo'")
+    assert done.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--profile", "turbo"], "no profile named 'turbo'"),
     # --netns is checked for root first
     pytest.param(["--profile", "inf2", "--netns", "zl-no-such-ns"], "does not exist",
                  marks=pytest.mark.root),

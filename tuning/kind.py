@@ -51,9 +51,15 @@ def matching(pattern: re.Pattern, what: str) -> Check:
 
 
 def non_negative_int(key: str, value: Any) -> None:
-    # bool is an int in Python, but `true` is no latency.
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    # bool is an int in Python, but `true` is no latency; nor is 10**5000.
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
         raise FieldError(f"`{key}` must be a non-negative integer")
+
+
+def names(keys) -> str:
+    """KEYS for a message, sorted, one line: a quoted key may hold a newline."""
+    return ", ".join(k if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", k) else repr(k[:64])
+                     for k in sorted(keys))
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,7 @@ class Kind:
         unknown = given - checks.keys()
         if unknown:
             raise FieldError(
-                f"unknown field(s) {', '.join(sorted(unknown))} for a {cls.kind} knob"
+                f"unknown field(s) {names(unknown)} for a {cls.kind} knob"
             )
         for key, check in checks.items():
             if key in given:

@@ -20,17 +20,21 @@ path taken relative to the including file):
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from pyxdp.errors import ZerolayerError
-from pyxdp.tuning.kind import FieldError, KnobSpec
+from pyxdp import toml_file, trusted_file
+from pyxdp.tuning.kind import FieldError, KnobSpec, names
 from pyxdp.tuning.registry import KINDS
 
 _STEP_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _STEP_FIELDS = {"id", "why", "item", "knob"}
+_MAX_ITEM = 1 << 31
+
+
+class ProfileError(trusted_file.BadFile):
+    """A profile that cannot be read, is refused, or is wrong (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -85,16 +89,19 @@ def parse(text: str, source: str = "<string>") -> Profile:
 
 def _read(name_or_path: str, directory: str | None) -> _Source:
     if os.sep in name_or_path or name_or_path.endswith(".toml"):
+        # A profile is what root writes to the kernel: one only root can
+        # change (trusted_file). Those shipped are the package's own, as
+        # trusted as the code beside them.
         path = os.path.join(directory or "", name_or_path)
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except OSError as exc:
-            raise ZerolayerError(f"cannot read profile {path}: {exc.strerror}") from None
-        return _Source(raw.decode(), path, os.path.realpath(path), os.path.dirname(path))
+            raw = trusted_file.read(path, "profile")
+        except trusted_file.BadFile as exc:
+            raise ProfileError(str(exc)) from None
+        return _Source(toml_file.decode(raw, f"profile {path}", ProfileError), path,
+                       os.path.realpath(path), os.path.dirname(path))
     entry = _profiles_dir() / f"{name_or_path}.toml"
-    if not entry.is_file():
-        raise ZerolayerError(
+    if "\0" in name_or_path or not entry.is_file():
+        raise ProfileError(
             f"no profile named {name_or_path!r}: choose one of "
             f"{', '.join(shipped())}, or give the path of a .toml file"
         )
@@ -102,20 +109,17 @@ def _read(name_or_path: str, directory: str | None) -> _Source:
     return _Source(entry.read_bytes().decode(), label, label, None)
 
 
-def _error(source: _Source, where: str, what: str) -> ZerolayerError:
-    return ZerolayerError(f"profile {source.label}: {where}: {what}")
+def _error(source: _Source, where: str, what: str) -> ProfileError:
+    return ProfileError(f"profile {source.label}: {where}: {what}")
 
 
 def _parse(source: _Source, chain: tuple[_Source, ...]) -> Profile:
     """SOURCE's profile; CHAIN is the includes that led here, SOURCE last."""
-    try:
-        data = tomllib.loads(source.text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ZerolayerError(f"profile {source.label} is not valid TOML: {exc}") from None
+    data = toml_file.parse(source.text, f"profile {source.label}", ProfileError)
 
     unknown = set(data) - {"name", "summary", "include", "step"}
     if unknown:
-        raise _error(source, "top level", f"unknown field(s) {', '.join(sorted(unknown))}")
+        raise _error(source, "top level", f"unknown field(s) {names(unknown)}")
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise _error(source, "top level", "needs a `name`")
@@ -140,7 +144,7 @@ def _include(name: Any, source: _Source, chain: tuple[_Source, ...]) -> tuple[St
         raise _error(source, "top level", "`include` must be the name or path of a profile")
     try:
         included = _read(name, source.directory)
-    except ZerolayerError as exc:
+    except ProfileError as exc:
         raise _error(source, "top level", f"include: {exc}") from None
     keys = [link.key for link in chain]
     if included.key in keys:
@@ -156,7 +160,7 @@ def _steps(steps_raw: list[dict], source: _Source,
         where = f"step {number}"
         unknown = set(raw) - _STEP_FIELDS
         if unknown:
-            raise _error(source, where, f"unknown field(s) {', '.join(sorted(unknown))}")
+            raise _error(source, where, f"unknown field(s) {names(unknown)}")
         step_id = raw.get("id")
         if not isinstance(step_id, str) or not _STEP_ID.match(step_id):
             raise _error(source, where, "needs an `id` of lower-case letters, digits and dashes")
@@ -172,8 +176,9 @@ def _step(raw: dict, source: _Source, where: str, replaces: Step | None) -> Step
     if not isinstance(why, str) or not why.strip():
         raise _error(source, where, "needs a one-line `why`")
     item = raw.get("item", replaces.item if replaces else None)
-    if item is not None and (not isinstance(item, int) or isinstance(item, bool)):
-        raise _error(source, where, "`item` must be an integer")
+    if item is not None and (not isinstance(item, int) or isinstance(item, bool)
+                             or not 0 <= item < _MAX_ITEM):
+        raise _error(source, where, "`item` must be a checklist number (an integer from 0)")
     if "knob" in raw:
         knobs_raw = raw["knob"]
         if not isinstance(knobs_raw, list) or not knobs_raw:

@@ -14,6 +14,10 @@ also when the kernel forgets the tuning (tuned keeps its own under /run too).
 - It records the boot and the namespace it describes. After a reboot, or for
   a namespace deleted and created again under the same name, it is stale.
 - Runs take a lock on the directory, so two never interleave.
+- What it says is written back to the kernel by --revert, so the directory
+  and the file are refused unless only root (or the invoking user) can
+  change them (pyxdp.trusted_file), and the temporary file is made anew,
+  never opened through a link.
 """
 
 import contextlib
@@ -23,11 +27,13 @@ import glob
 import json
 import os
 
+from pyxdp import trusted_file
 from pyxdp.errors import ZerolayerError
 from pyxdp.tuning.host import Host
 
 DEFAULT_DIR = "/run/zerolayer/tune"
 VERSION = 1
+MAX_BYTES = 16 << 20  # a knob is ~200 bytes: room for every IRQ of a large host
 
 
 def default_dir(root: str | None) -> str:
@@ -62,7 +68,9 @@ class Store:
             return
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            trusted_file.check_directory(self.directory, "state directory")
+            fd = os.open(self.directory,
+                         os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
             raise ZerolayerError(
                 f"cannot use state directory {self.directory}: {exc.strerror}"
@@ -85,16 +93,14 @@ class Store:
         return {"version": VERSION, **self.identity, "profiles": [], "knobs": []}
 
     def load(self) -> dict | None:
-        try:
-            with open(self.path) as f:
-                text = f.read()
-        except FileNotFoundError:
+        if not os.path.lexists(self.path):
             return None
+        raw = trusted_file.read(self.path, "state file", MAX_BYTES)
         try:
-            data = json.loads(text)
+            data = json.loads(raw)
             if data.get("version") != VERSION or not isinstance(data.get("knobs"), list):
                 raise ValueError(f"not a version {VERSION} zerolayer state file")
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, RecursionError) as exc:
             raise ZerolayerError(
                 f"state file {self.path} is damaged ({exc}); zerolayer writes it "
                 "atomically, so something else changed it: read it, restore by hand, "
@@ -112,7 +118,8 @@ class Store:
 
     def save(self, data: dict) -> None:
         temp = f"{self.path}.tmp.{os.getpid()}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1)
             f.write("\n")

@@ -10,8 +10,29 @@ from pyxdp.tuning import bound
 from pyxdp.tuning.kind import FieldError, KnobSpec, matching, one_of, text
 from pyxdp.tuning.knobs import FileKnob, Unavailable, require_qdisc
 
-SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_/-]+)+$")
+# A '/' stands for a dot inside a component (eth0/100), never at either end
+# of one: "//" would be ".." once translated, a way out of /proc/sys.
+SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*)+$")
 sysctl_name = matching(SYSCTL_NAME, "a sysctl name like net.core.rmem_max")
+
+# sysctls that name a program the kernel runs as root (usermode helpers), or
+# the capabilities those get: whoever writes a profile would choose what root
+# runs. core_pattern is refused only as a pipe (or, since Linux 6.16, a
+# socket the dump is sent to); a file name pattern is a setting.
+RUNS_PROGRAMS = ("kernel.modprobe", "kernel.hotplug", "kernel.poweroff_cmd")
+RUNS_PROGRAMS_UNDER = ("kernel.usermodehelper.", "fs.binfmt_misc.")
+
+
+def runs_a_program(name: str, value: str) -> str | None:
+    """Why setting sysctl NAME to VALUE would let a profile run a program
+    as root, or None."""
+    if name in RUNS_PROGRAMS or name.startswith(RUNS_PROGRAMS_UNDER):
+        return (f"{name} names a program the kernel runs as root (or what it may do): "
+                "no profile sets it")
+    if name == "kernel.core_pattern" and value.lstrip()[:1] in ("|", "@"):
+        return (f"{name} = {value[:40]!r}: the kernel would hand every crash's core dump to "
+                "that program or socket, as root; no profile sets it (a file name pattern is fine)")
+    return None
 
 
 class Sysctl(FileKnob):
@@ -36,6 +57,9 @@ class Sysctl(FileKnob):
         # inside a namespace (kernel.*, vm.*) would change the whole host.
         if fields["scope"] == "netns" and not fields["name"].startswith("net."):
             raise FieldError(f"{fields['name']} is not under net.*, so it cannot be per-netns")
+        refused = runs_a_program(fields["name"], fields["value"])
+        if refused:
+            raise FieldError(refused)
         bound.check(fields)
 
     @classmethod

@@ -39,7 +39,7 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # core (pyxdp/xsk/_core.c) with it and python3-dev's headers. strace: the
 # concurrency test slows a writer of the port set with it
 # (tests/test_concurrency.py).
-PACKAGES=(python3-bpfcc python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc strace)
+PACKAGES=(python3-bpfcc python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc strace curl openssl)
 # The C consumer's headers and libraries. Best effort: where libbpf1 came
 # from a backports suite (with its kernel), the release's libbpf-dev cannot
 # be installed beside it, and the bench then skips the consumer with a note.
@@ -72,6 +72,25 @@ if [ ${#missing[@]} -gt 0 ]; then
         || say "could not install ${missing[*]}: man pages and bash completion are installed all the same"
 fi
 
+# promtool checks the exporters' text (the metrics tests run it). It
+# ships only in Debian's prometheus package, whose install would start a
+# Prometheus server: the package is unpacked under /opt/zerolayer instead, and
+# only promtool is put on PATH.
+PROMTOOL_DIR=/opt/zerolayer/prometheus
+if [ ! -x "$PROMTOOL_DIR/usr/bin/promtool" ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    [ -n "$updated" ] || { apt-get update -q; updated=1; }
+    deb_dir="$(mktemp -d)"
+    if (cd "$deb_dir" && apt-get download -q prometheus >/dev/null) \
+        && dpkg-deb -x "$deb_dir"/prometheus_*.deb "$PROMTOOL_DIR"; then
+        say "unpacked promtool from Debian's prometheus into $PROMTOOL_DIR"
+    else
+        say "could not unpack Debian's prometheus: the exposition tests check without promtool"
+    fi
+    rm -rf "$deb_dir"
+fi
+[ -x "$PROMTOOL_DIR/usr/bin/promtool" ] && ln -sfn "$PROMTOOL_DIR/usr/bin/promtool" /usr/local/bin/promtool
+
 # --- kernel headers for bcc -------------------------------------------------
 # bcc compiles against /lib/modules/$(uname -r)/build. A distribution kernel
 # has a matching headers package. A custom kernel (as on these VMs) ships none:
@@ -97,9 +116,11 @@ if [ ! -e "$KDIR/build/include/linux/kconfig.h" ] && [ ! -e "$KDIR/source/includ
 fi
 
 # --- bpffs ------------------------------------------------------------------
+# mode=0700: the default 1777 lets any user make directories where root's
+# pins go (zerolayer refuses those, docs/service.md); systemd mounts it 0700.
 if ! mountpoint -q /sys/fs/bpf; then
-    mount -t bpf bpf /sys/fs/bpf
-    say "mounted bpffs on /sys/fs/bpf"
+    mount -t bpf -o mode=0700 bpf /sys/fs/bpf
+    say "mounted bpffs on /sys/fs/bpf (mode 0700)"
 fi
 
 # --- venv that sees Debian's bcc -------------------------------------------

@@ -37,7 +37,7 @@ def _log(line: str) -> None:
     sys.stdout.flush()
 
 
-def _render(report) -> str:
+def _render(report, config) -> str:
     lines = [f"{'dry-run' if report.dry_run else 'apply'} {report.path}"]
     if report.outcomes:
         lines.append(table(
@@ -47,8 +47,10 @@ def _render(report) -> str:
     counts: dict[str, int] = {}
     for o in report.outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
-    lines.append(", ".join(f"{n} {status}" for status, n in counts.items())
-                 if counts else "nothing to do: the file names no interface")
+    lines.append(", ".join(f"{n} {status}" for status, n in counts.items()) if counts
+                 else "nothing to do" + ("" if config.interfaces else
+                                         ": the file names no interface"))
+    lines.extend(config.unmatched([o.action.want for o in report.outcomes]))
     return "\n".join(lines)
 
 
@@ -94,7 +96,7 @@ def apply(ctx, file, dry_run, prune, watch, wait_s, as_json):
     if as_json:
         emit_json(report.to_json())
     else:
-        click.echo(_render(report))
+        click.echo(_render(report, config))
     unmet = [o for o in report.outcomes if o.status in (apply_mod.FAILED, apply_mod.REFUSED)]
     if unmet or not (report.matched or dry_run):
         first = f": {apply_mod.describe(unmet[0])}" if unmet else ": it changed meanwhile"

@@ -92,7 +92,8 @@ def _preflight_line(facts: dict) -> str:
               help="Use DIR/proc and DIR/sys instead of the kernel's (a copy, for tests).")
 @click.option("--state-dir", metavar="DIR", type=click.Path(file_okay=False),
               help="Where the state file lives (default /run/zerolayer/tune).")
-def tune(profile_name, revert, verify, list_profiles, netns, interfaces, dry_run,
+@click.pass_context
+def tune(ctx, profile_name, revert, verify, list_profiles, netns, interfaces, dry_run,
          strict, as_json, root, state_dir):
     """Tune the host for token traffic, and put it back exactly.
 
@@ -115,7 +116,14 @@ def tune(profile_name, revert, verify, list_profiles, netns, interfaces, dry_run
                 raise click.UsageError(
                     f"{flag} goes with --profile{' or --revert' if flag == '--dry-run' else ''}")
 
+    from pyxdp.kernel import link_names
+    from pyxdp.trusted_file import BadFile
     from pyxdp.tuning import engine, profile
+
+    for name in interfaces:  # joined into /sys/class/net/NAME paths
+        problem = link_names.problem(name)
+        if problem:
+            raise click.BadParameter(problem, param_hint="--interface")
 
     if list_profiles:
         loaded = [profile.load(name) for name in profile.shipped()]
@@ -126,7 +134,12 @@ def tune(profile_name, revert, verify, list_profiles, netns, interfaces, dry_run
 
     places = {"netns": netns, "root": root, "state_dir": state_dir}
     if profile_name is not None:
-        report = engine.apply(profile.load(profile_name), interfaces=interfaces,
+        try:
+            chosen_profile = profile.load(profile_name)
+        except BadFile as exc:  # as apply's file: refused, unreadable or wrong
+            click.echo(f"zerolayer: {exc}", err=True)
+            ctx.exit(2)
+        report = engine.apply(chosen_profile, interfaces=interfaces,
                               dry_run=dry_run, strict=strict, **places)
     elif revert:
         report = engine.revert(dry_run=dry_run, **places)

@@ -55,14 +55,25 @@ def _forwarding(on: bool, egress: list[str]) -> str:
 
 
 @click.command()
-@click.argument("iface")
+@click.argument("iface", required=False)
+@click.option("--stale", is_flag=True,
+              help="Instead of IFACE: remove every stale pin dir (of interfaces that are gone or "
+                   "run no zerolayer program, and all of a namespace that is gone).")
 @wait_option()
 @netns_option()
 @json_option()
-def detach(iface, wait_s, netns, as_json):
+def detach(iface, stale, wait_s, netns, as_json):
     """Remove zerolayer's program from IFACE and unpin its maps."""
     from pyxdp.xdp import loader
 
+    if stale:
+        if iface or netns:
+            raise click.UsageError("--stale looks at every interface and namespace: "
+                                   "give no IFACE or --netns")
+        _detach_stale(loader.remove_stale(wait_s), as_json)
+        return
+    if not iface:
+        raise click.UsageError("give IFACE, or --stale")
     result = loader.detach(iface, netns=netns, wait_s=wait_s)
     if as_json:
         emit_json(result.to_json())
@@ -73,6 +84,17 @@ def detach(iface, wait_s, netns, as_json):
         click.echo(f"removed stale pins of {iface}: {result.note}")
 
 
+def _detach_stale(results, as_json: bool) -> None:
+    if as_json:
+        emit_json({"removed": [r.to_json() for r in results]})
+        return
+    for r in results:
+        where = f" (netns {r.netns})" if r.netns else ""
+        click.echo(f"removed stale pins of {r.interface}{where}: {r.note}")
+    if not results:
+        click.echo("no stale pins")
+
+
 @click.command()
 @click.argument("iface", required=False)
 @netns_option()
@@ -80,16 +102,21 @@ def detach(iface, wait_s, netns, as_json):
 def status(iface, netns, as_json):
     """Show the XDP program of every interface (or IFACE), and who owns it."""
     from pyxdp.cli import netns_hints
+    from pyxdp.kernel import bpffs
+    from pyxdp.kernel import netns as netns_mod
     from pyxdp.xdp import ownership
 
     with netns_hints.pointing_to_netns(iface, netns):
         rows = ownership.status(iface, netns)
     # Without --netns only the host is shown: name the namespaces zerolayer is in too.
     elsewhere = netns_hints.pinned_in_namespaces(iface) if netns is None else {}
+    gone = {ns for ns in elsewhere if not netns_mod.exists(ns)}
+    bits = bpffs.mode()
     if as_json:
         emit_json({"interfaces": rows, **({"other_netns": [
-            {"netns": ns, "interfaces": names} for ns, names in elsewhere.items()]}
-            if netns is None else {})})
+            {"netns": ns, "interfaces": names, "stale": ns in gone}
+            for ns, names in elsewhere.items()]} if netns is None else {}),
+            "bpffs_mode": f"{bits:04o}"})
         return
     out = []
     for r in rows:
@@ -101,9 +128,21 @@ def status(iface, netns, as_json):
                     onoff.get(r.get("flow_tracking")), onoff.get(r.get("forwarding"))])
     click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PARSER", "PORTS",
                       "MALFORMED", "FLOWS", "FORWARD"], out))
+    stale = [r["interface"] for r in rows if r["stale_pins"]]
+    if stale:
+        click.echo(f"note: stale pins of {', '.join(stale)}: `zerolayer detach --stale` "
+                   "removes them")
     for ns, names in elsewhere.items():
-        click.echo(f"note: zerolayer has pins in netns {ns} too ({', '.join(names)}): "
-                   f"`zerolayer status --netns {ns}`")
+        if ns in gone:
+            click.echo(f"note: netns {ns} is gone: zerolayer's pins there ({', '.join(names)}) "
+                       "are stale and still hold their programs: `zerolayer detach --stale` "
+                       "removes them")
+        else:
+            click.echo(f"note: zerolayer has pins in netns {ns} too ({', '.join(names)}): "
+                       f"`zerolayer status --netns {ns}`")
+    note = bpffs.open_mode_note(bits)
+    if note:
+        click.echo(f"note: {note}")
 
 
 @click.command()

@@ -6,6 +6,9 @@ import os
 from pyxdp.errors import ZerolayerError
 
 BPFFS = "/sys/fs/bpf"
+# mode=0700: by default bpffs is 1777, and any user may make the
+# directories root's pins go in (pyxdp.kernel.root_dirs checks them).
+MOUNT = f"mount -t bpf -o mode=0700 bpf {BPFFS}"
 
 
 def require_bpffs() -> None:
@@ -23,9 +26,22 @@ def require_bpffs() -> None:
             "run zerolayer from the host with --netns NS instead"
         )
     raise ZerolayerError(
-        f"bpffs is not mounted on {BPFFS}: run `mount -t bpf bpf {BPFFS}` "
-        "(vagrant/provision.sh does this)"
+        f"bpffs is not mounted on {BPFFS}: run `{MOUNT}` (vagrant/provision.sh does this)"
     )
+
+
+def mode() -> int:
+    """The permission bits of bpffs's root (1777 unless mounted with mode=)."""
+    return os.stat(BPFFS).st_mode & 0o7777
+
+
+def open_mode_note(bits: int) -> str | None:
+    """A note when any user may make directories on bpffs (BITS: mode())."""
+    if not bits & 0o002:
+        return None
+    return (f"bpffs on {BPFFS} is mode {bits:04o}: any user can make directories in it "
+            f"(zerolayer refuses any of its own that are not root's); mount it root's alone: "
+            f"`umount {BPFFS} && {MOUNT}`, with nothing pinned")
 
 
 def require_writable(action: str) -> None:

@@ -23,6 +23,7 @@ from typing import Self
 
 from pyxdp.kernel import netns
 from pyxdp.xdp import iface_lock, pins
+from pyxdp.xsk import published
 
 PREFIX = "zl-"
 _NAME = re.compile(r"^zl-(\d+)-[0-9a-f]{6}-[a-z0-9]+$")
@@ -151,6 +152,7 @@ class Lab(NamespaceLab):
             netns.remove(end.netns)
         pins.remove_netns_tree(self.dut.netns)
         iface_lock.remove_netns(self.dut.netns)
+        published.remove_netns(self.dut.netns)  # a killed listener's stale files
 
     @contextlib.contextmanager
     def in_peer(self):
@@ -164,11 +166,11 @@ class Lab(NamespaceLab):
 
 
 def sweep_stale() -> list[str]:
-    """Remove lab namespaces (and their pins and locks) whose creating process
+    """Remove lab namespaces (and their pins, locks and published files) whose creating process
     is gone."""
     removed = []
     names = set(os.listdir(netns.NETNS_RUN_DIR)) if os.path.isdir(netns.NETNS_RUN_DIR) else set()
-    names |= set(pins.pinned_netns()) | set(iface_lock.locked_netns())
+    names |= set(pins.pinned_netns()) | set(iface_lock.locked_netns()) | set(published.namespaces())
     for name in sorted(names):
         m = _NAME.match(name)
         if not m or os.path.exists(f"/proc/{m.group(1)}"):
@@ -176,5 +178,6 @@ def sweep_stale() -> list[str]:
         netns.remove(name)
         pins.remove_netns_tree(name)
         iface_lock.remove_netns(name)
+        published.remove_netns(name)
         removed.append(name)
     return removed

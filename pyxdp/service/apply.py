@@ -5,7 +5,8 @@ detach, tune: each holds its interface's lock), then observe again to say
 whether it matches now. docs/spec.md §10.3-10.5."""
 
 import dataclasses
-import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyxdp.errors import ZerolayerError
@@ -93,11 +94,11 @@ def _follow_rename(ifname: str, old: str, netns: str | None, wait_s: float) -> N
     with iface_lock.held(first, netns, wait_s), iface_lock.held(second, netns, wait_s):
         if _renamed_from(ifname, netns, [old]) != old:
             raise ZerolayerError(f"{ifname} changed meanwhile: its pins were left under {old}")
-        target = pins.pin_dir(ifname, netns)
-        if os.path.exists(target):
-            raise ZerolayerError(f"{target} exists: remove it (`zerolayer detach {ifname}"
-                                 f"{f' --netns {netns}' if netns else ''}`) and apply again")
-        os.rename(pins.pin_dir(old, netns), target)
+        if pins.has_pin_dir(ifname, netns):
+            raise ZerolayerError(f"{pins.pin_dir(ifname, netns)} exists: remove it (`zerolayer "
+                                 f"detach {ifname}{f' --netns {netns}' if netns else ''}`) "
+                                 "and apply again")
+        pins.rename(old, ifname, netns)
 
 
 def _tuning_changes(config: Config) -> int | None:
@@ -125,7 +126,8 @@ def observe(config: Config, scope: set[str | None]) -> Observed:
     for netns in scope | config.namespaces():
         if netns is None or netns_mod.exists(netns):
             links[netns] = _links(netns, netns in drivers)
-    return Observed(links, parsers.for_this_kernel(), _tuning_changes(config))
+    return Observed(links, parsers.for_this_kernel(), _tuning_changes(config),
+                    tuple(pins.stale_netns()))
 
 
 def _run(action: Action, config: Config, wait_s: float, done: list[str]) -> None:
@@ -137,6 +139,11 @@ def _run(action: Action, config: Config, wait_s: float, done: list[str]) -> None
         done.append("tune")
         if report.error:
             raise ZerolayerError(report.error)
+        return
+    if action.action == "unpin":
+        assert netns is not None
+        loader.remove_stale(wait_s, only_netns={netns})
+        done.append("unpin")
         return
     assert name is not None
     if action.action == "rename":
@@ -162,10 +169,15 @@ def _run(action: Action, config: Config, wait_s: float, done: list[str]) -> None
 
 def converge(config: Config, *, prune: bool = False, dry_run: bool = False,
              wait_s: float = iface_lock.DEFAULT_WAIT_S,
-             scope: set[str | None] | None = None) -> Report:
+             scope: set[str | None] | None = None,
+             on_outcome: Callable[[Outcome], None] | None = None,
+             stop: threading.Event | None = None) -> Report:
     """Plan, and unless DRY_RUN carry the plan out under the apply lock
     and check the host matches afterwards. SCOPE: the namespaces --prune
-    looks at (plan.scope_of)."""
+    looks at (plan.scope_of). ON_OUTCOME is told each action's outcome as
+    it is known (`apply --watch` logs it then: a first pass over 50
+    interfaces takes half a minute); once STOP is set (SIGTERM under
+    --watch) no further action starts, and the host is not said to match."""
     preflight("zerolayer apply")
     scope = scope_of(config, scope)
     report = Report(config.path, dry_run, prune)
@@ -175,14 +187,30 @@ def converge(config: Config, *, prune: bool = False, dry_run: bool = False,
                                    else PLANNED) for a in actions]
         report.matched = matched(actions)
         return report
+    stopped = stop.is_set if stop is not None else lambda: False
     with lock.held(wait_s):
         actions = plan(config, observe(config, scope), prune, scope)
-        report.outcomes = [_outcome(a, config, wait_s) for a in actions]
-        if any(a.action == "rename" for a in actions):  # a second round, now the pins followed
-            again = plan(config, observe(config, scope), prune, scope)
-            report.outcomes += [_outcome(a, config, wait_s) for a in again if a.action != KEEP]
-        report.matched = matched(plan(config, observe(config, scope), prune, scope))
+        report.outcomes = _carry_out(actions, config, wait_s, on_outcome, stopped)
+        if any(a.action == "rename" for a in actions) and not stopped():
+            again = plan(config, observe(config, scope), prune, scope)  # now the pins followed
+            report.outcomes += _carry_out([a for a in again if a.action != KEEP], config,
+                                          wait_s, on_outcome, stopped)
+        report.matched = not stopped() and matched(plan(config, observe(config, scope), prune,
+                                                        scope))
     return report
+
+
+def _carry_out(actions: list[Action], config: Config, wait_s: float,
+               on_outcome: Callable[[Outcome], None] | None,
+               stopped: Callable[[], bool]) -> list[Outcome]:
+    outcomes = []
+    for action in actions:
+        if stopped():
+            break
+        outcomes.append(_outcome(action, config, wait_s))
+        if on_outcome is not None:
+            on_outcome(outcomes[-1])
+    return outcomes
 
 
 def _outcome(action: Action, config: Config, wait_s: float) -> Outcome:

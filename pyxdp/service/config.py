@@ -7,11 +7,12 @@ import difflib
 import ipaddress
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from pyxdp import toml_file, trusted_file
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import link_names
 from pyxdp.observe.exporter import DEFAULT_LISTEN, parse_listen
 from pyxdp.proto import frames
 from pyxdp.service.positions import key_lines
@@ -28,11 +29,10 @@ _MATCH = ("name", "driver")
 _TUNING = ("profile", "interfaces", "netns", "strict", "state_dir")
 _EXPORTER = ("address", "port")
 _SERVICE = ("detach_on_stop",)
-_IFNAMSIZ = 16  # with its terminating NUL
-_TOML_AT = re.compile(r"^(.*) \(at (?:line (\d+), column (\d+)|end of document)\)$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
-class ConfigError(ZerolayerError):
+class ConfigError(trusted_file.BadFile):
     """The file is not a configuration this zerolayer can apply (exit 2)."""
 
 
@@ -91,45 +91,62 @@ class Config:
         """The namespaces the file names interfaces in (None: the host's)."""
         return {i.netns for i in self.interfaces}
 
+    def unmatched(self, claimed: list[Interface | None]) -> list[str]:
+        """A line for each `match` entry not among CLAIMED (the entries that
+        resolved to an interface): a glob that matches nothing says so."""
+        lines = []
+        for n, entry in enumerate(self.interfaces, 1):
+            if entry.match is None or any(entry is c for c in claimed):
+                continue
+            what = " and ".join(f"{key} {_show(value)}" for key, value in
+                                (("name", entry.match.name), ("driver", entry.match.driver))
+                                if value is not None)
+            where = f" in netns {entry.netns}" if entry.netns else ""
+            lines.append(f"interface[{n}].match ({what}) matches no interface{where}")
+        return lines
+
 
 def load(path: str) -> Config:
-    """The configuration in PATH, or ConfigError."""
+    """The configuration in PATH (a file only root, or the user running
+    the command, can change: pyxdp.trusted_file), or ConfigError."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the configuration {path}: {exc.strerror}") from None
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start})") from None
-    return parse(text, path)
+        raw = trusted_file.read(path, "the configuration")
+    except trusted_file.BadFile as exc:
+        raise ConfigError(str(exc)) from None
+    return parse(toml_file.decode(raw, path, ConfigError), path)
 
 
 def parse(text: str, path: str = "<string>") -> Config:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(_toml_error(str(exc), path, text)) from None
+    data = toml_file.parse(text, path, ConfigError)
     try:
         lines: dict[tuple, int] | None = key_lines(text)
-    except (AssertionError, IndexError, ValueError):  # a construct positions.py misreads
+    except (AssertionError, IndexError, ValueError, RecursionError):  # what positions.py misreads
         lines = None  # errors then name the file and the key, without a line
     return _Checker(path, lines).config(data)
 
 
-def _toml_error(message: str, path: str, text: str) -> str:
-    m = _TOML_AT.match(message)
-    if not m:
-        return f"{path}: {message}"
-    line = m.group(2) or str(text.count("\n") + 1)
-    column = f" (column {m.group(3)})" if m.group(3) else ""
-    return f"{path}:{line}: {m.group(1)}{column}"
+def _show(value: Any) -> str:
+    """VALUE in a message: a string or a number as written, anything else
+    by its kind (a table nested 5,000 deep has no repr, an integer of
+    5,000 digits no str)."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 64 else repr(value[:64]) + "..."
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value) if value.bit_length() <= 64 else "an integer that large"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a table"
+    return "an array" if isinstance(value, list) else "a date or time"
 
 
 def _dotted(path: tuple) -> str:
     out = ""
     for part in path:
+        if isinstance(part, str) and not _BARE_KEY.fullmatch(part):
+            part = _show(part)  # a quoted key may hold a newline, or be 1 MiB long
         out += f"[{part + 1}]" if isinstance(part, int) else f".{part}" if out else part
     return out
 
@@ -177,21 +194,32 @@ class _Checker:
     def choice(self, data: dict, where: tuple, key: str, choices: tuple[str, ...]) -> str:
         value = self.typed(data, where, key, str, choices[0])
         if value not in choices:
-            raise self.error(where + (key,), f"{value!r}: use one of {', '.join(choices)}")
+            raise self.error(where + (key,), f"{_show(value)}: use one of {', '.join(choices)}")
         return value
 
-    def name(self, data: dict, where: tuple, key: str, what: str) -> str | None:
+    def name(self, data: dict, where: tuple, key: str, interface: bool) -> str | None:
+        """An interface's name (a network namespace's when not INTERFACE)."""
         value = self.typed(data, where, key, str, None)
-        if value is not None and (not value or value in (".", "..")
-                                  or any(c in value for c in '/"\\ \t\n')):
-            raise self.error(where + (key,), f"{value!r} is not a valid {what} name")
+        problem = None if value is None else link_names.problem(value, interface)
+        if problem:
+            raise self.error(where + (key,), problem)
         return value
+
+    def beside(self, data: dict, where: tuple, key: str) -> str | None:
+        """A path, a relative one taken from the file's directory."""
+        value = self.typed(data, where, key, str, None)
+        if value is None:
+            return None
+        if not value or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise self.error(where + (key,), f"{_show(value)} is not a path")
+        return os.path.join(os.path.dirname(os.path.abspath(self.path)), value)
 
     def config(self, data: dict) -> Config:
         self.table(data, (), _TOP)
         version = self.typed(data, (), "version", int, VERSION)
         if version != VERSION:
-            raise self.error(("version",), f"{version}: this zerolayer reads version {VERSION}")
+            raise self.error(("version",),
+                             f"{_show(version)}: this zerolayer reads version {VERSION}")
         raw_interfaces = data.get("interface", [])
         if not isinstance(raw_interfaces, list):
             raise self.error(("interface",), "must be [[interface]] tables")
@@ -215,16 +243,13 @@ class _Checker:
 
     def interface(self, raw: Any, where: tuple) -> Interface:
         data = self.table(raw, where, _INTERFACE)
-        name = self.name(data, where, "name", "interface")
-        if name is not None and len(name) >= _IFNAMSIZ:
-            raise self.error(where + ("name",), f"{name!r} is longer than {_IFNAMSIZ - 1} "
-                                                "characters, which no interface name is")
+        name = self.name(data, where, "name", interface=True)
         match = self.match(data["match"], where + ("match",)) if "match" in data else None
         if (name is None) == (match is None):
             raise self.error(where, "give either name or match" if name is None
                              else "give name or match, not both")
         return Interface(
-            name=name, match=match, netns=self.name(data, where, "netns", "network namespace"),
+            name=name, match=match, netns=self.name(data, where, "netns", interface=False),
             ports=self.ports(data, where), on_malformed=self.choice(data, where, "on_malformed", POLICIES),
             mode=self.choice(data, where, "mode", MODES),
             flows=self.typed(data, where, "flows", bool, False),
@@ -251,7 +276,8 @@ class _Checker:
             raise self.error(where + ("ports",), "must be a list of UDP ports, e.g. [9977]")
         for i, port in enumerate(value):
             if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-                raise self.error(where + ("ports", i), f"{port!r} is not a UDP port (1-65535)")
+                raise self.error(where + ("ports", i),
+                                 f"{_show(port)} is not a UDP port (1-65535)")
         ports = tuple(sorted(set(value)))
         if len(ports) > MAX_PORTS:
             raise self.error(where + ("ports",), f"{len(ports)} ports: at most {MAX_PORTS}")
@@ -266,23 +292,22 @@ class _Checker:
             raise self.error(where, "needs profile (a shipped name, or the path of a .toml file)")
         name = self.typed(data, where, "profile", str, None)
         if os.sep in name or name.endswith(".toml"):
-            name = self.beside(name)
+            name = self.beside(data, where, "profile")
         try:
             profiles.load(name)  # a bad profile is a bad file: found now, not at apply
         except ZerolayerError as exc:
             raise self.error(where + ("profile",), str(exc)) from None
         interfaces = data.get("interfaces", [])
-        if not isinstance(interfaces, list) or not all(isinstance(i, str) and i
-                                                        for i in interfaces):
+        if not isinstance(interfaces, list):
             raise self.error(where + ("interfaces",), "must be a list of interface names")
-        state_dir = self.typed(data, where, "state_dir", str, None)
-        return Tuning(name, tuple(interfaces), self.name(data, where, "netns", "network namespace"),
+        for i, iface in enumerate(interfaces):
+            problem = (link_names.problem(iface) if isinstance(iface, str)
+                       else "must be an interface name")
+            if problem:
+                raise self.error(where + ("interfaces", i), problem)
+        return Tuning(name, tuple(interfaces), self.name(data, where, "netns", interface=False),
                       self.typed(data, where, "strict", bool, False),
-                      None if state_dir is None else self.beside(state_dir))
-
-    def beside(self, path: str) -> str:
-        """PATH, a relative one taken from the file's directory."""
-        return os.path.join(os.path.dirname(os.path.abspath(self.path)), path)
+                      self.beside(data, where, "state_dir"))
 
     def exporter(self, raw: Any) -> Exporter:
         where = ("exporter",)
@@ -293,8 +318,8 @@ class _Checker:
             ipaddress.ip_address(address)
         except ValueError:
             raise self.error(where + ("address",),
-                             f"{address!r} is not a numeric IPv4 or IPv6 address") from None
+                             f"{_show(address)} is not a numeric IPv4 or IPv6 address") from None
         port = self.typed(data, where, "port", int, default_port)
         if not 0 <= port <= 65535:
-            raise self.error(where + ("port",), f"{port} is not a TCP port (0-65535)")
+            raise self.error(where + ("port",), f"{_show(port)} is not a TCP port (0-65535)")
         return Exporter(address, port)

@@ -6,12 +6,12 @@ never removed (a waiter would otherwise hold a lock nobody else sees)."""
 
 from pyxdp.xdp import iface_lock
 
-PATH = "/run/zerolayer/apply.lock"
+NAME = "apply.lock"  # in /run/zerolayer, checked to be root's like the interfaces' locks
 
 
-def held(wait_s: float, path: str = PATH):
+def held(wait_s: float):
     """Hold the apply lock for the block, waiting up to WAIT_S seconds;
     a one-line error, with nothing changed, if it stays taken."""
-    return iface_lock.file_held(path, wait_s, lambda holder: (
+    return iface_lock.file_held((NAME,), wait_s, lambda holder: (
         f"another zerolayer apply{holder} is running; nothing was changed: try again, "
         "or wait longer with --wait SECONDS"))

@@ -15,8 +15,10 @@ Each interface the file resolves to gets one action:
   configure  zerolayer runs there with other settings: written live
   keep       it matches already
 With prune, every other zerolayer attachment (or its stale pins) in the
-namespaces in scope (those the file names) gets `detach`; a tuning profile with knobs to change
-gets `tune`, one that holds already `keep`.
+namespaces in scope (those the file names) gets `detach`, and each of them
+that is gone but for zerolayer's pins gets `unpin` (those pins alone hold
+its programs); a tuning profile with knobs to change gets `tune`, one that
+holds already `keep`.
 """
 
 import fnmatch
@@ -53,12 +55,13 @@ class Observed:
     links: dict[str | None, list[Link]]  # by namespace; a namespace that is not there is absent
     parser: str  # the parser build this kernel gets (pyxdp.xdp.parsers)
     tuning_changes: int | None = None  # knobs the profile would change (None: no [tuning])
+    stale_netns: tuple[str, ...] = ()  # namespaces that are gone, their pins left
 
 
 @dataclass(frozen=True)
 class Action:
     action: str
-    interface: str | None  # None for tune
+    interface: str | None  # None for tune and unpin
     netns: str | None
     reason: str  # why, one line
     want: Interface | None = None  # the entry that asks for it (None for detach and tune)
@@ -145,16 +148,17 @@ def _show(value) -> str:
 def plan(config: Config, observed: Observed, prune: bool = False,
          scope: set[str | None] | None = None) -> list[Action]:
     """The actions, in order: the file's interfaces (by namespace, then
-    name), the missing ones, the prune's, the tuning. SCOPE: the
+    name), the missing ones, the prune's (detach, unpin), the tuning. SCOPE: the
     namespaces --prune looks at (scope_of)."""
     resolved, missing = resolve(config, observed)
     actions = [_for(want, link, observed.parser) for want, link in
                sorted(resolved, key=lambda wl: (wl[1].netns or "", wl[1].name))]
     for want in missing:
         where = want.netns is not None and want.netns not in observed.links
-        actions.append(Action("missing", want.name, want.netns,
-                              f"network namespace {want.netns} does not exist" if where
-                              else "no such interface", want))
+        why = f"network namespace {want.netns} does not exist" if where else "no such interface"
+        if where and want.netns in observed.stale_netns and not prune:
+            why += " (zerolayer's pins there are stale: --prune removes them)"
+        actions.append(Action("missing", want.name, want.netns, why, want))
     if prune:
         named = {(link.netns, link.name) for _, link in resolved}
         for netns in sorted(scope_of(config, scope), key=lambda n: n or ""):
@@ -172,6 +176,10 @@ def plan(config: Config, observed: Observed, prune: bool = False,
                     why = ("the file does not name it" if link.exists
                            else "stale pins of an interface that is gone")
                     actions.append(Action("detach", link.name, netns, why))
+            if netns in observed.stale_netns:
+                actions.append(Action("unpin", None, netns,
+                                      f"network namespace {netns} is gone: zerolayer's pins "
+                                      "there, and the programs they hold, are removed"))
     if observed.tuning_changes is not None:
         assert config.tuning is not None
         n = observed.tuning_changes

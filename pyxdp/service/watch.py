@@ -5,8 +5,12 @@ namespace and each one in scope), when the file changes (and has stayed
 as it is for a tick, so a half-written file is not read), and on SIGHUP;
 stop on SIGTERM or SIGINT (docs/spec.md §10.6).
 
-A file that no longer parses keeps the last good configuration and logs
-one line (once for each version of the file, SIGHUP or not). Every action that is not `ok` is logged, one line each; a line
+A file that no longer parses, or is refused (pyxdp.trusted_file: a FIFO,
+a link to a device, writable by others...), keeps the last good
+configuration and logs one line (once for each version of the file,
+SIGHUP or not). A namespace in scope that is deleted is seen at the next
+tick: its rtnetlink socket, which would keep it alive, is closed, and a
+pass runs. Every action that is not `ok` is logged, one line each; a line
 identical to one logged in the pass before is not repeated. A pass that
 left the host not matching is tried again after RETRY_S, or at the next
 event.
@@ -15,6 +19,7 @@ event.
 import os
 import select
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,11 +36,15 @@ RETRY_S = 30.0
 
 
 def _file_id(path: str) -> tuple | None:
+    """What tells a version of the file from another. Its mode, owner and
+    ctime too: a file refused as writable by others, then fixed with chmod,
+    is read again (stat, not open: a FIFO or a device is not opened here)."""
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):
         return None
-    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode,
+            st.st_uid)
 
 
 def _netns_id(netns: str | None) -> int | None:
@@ -127,7 +136,7 @@ class Watch:
                     if self._reloaded():
                         due = 0.0
                     if due is not None and time.monotonic() >= due and not stop.is_set():
-                        due = None if self._converge() else time.monotonic() + RETRY_S
+                        due = None if self._converge(stop) else time.monotonic() + RETRY_S
                 if self.config.detach_on_stop:
                     self._detach_all()
                 self.log("stopped")
@@ -161,21 +170,31 @@ class Watch:
         self.log(f"reloaded {self.path}")
         return True
 
-    def _converge(self) -> bool:
-        """One pass; whether the host matches the file after it."""
+    def _converge(self, stop: threading.Event) -> bool:
+        """One pass, each action logged as it ends; whether the host
+        matches the file after it. STOP (SIGTERM) ends it between actions."""
+        said: set[str] = set()
+
+        def tell(outcome: apply.Outcome) -> None:
+            if outcome.status != apply.OK:
+                self._say({apply.describe(outcome)}, said)
+
         try:
             report = apply.converge(self.config, prune=self.prune, wait_s=self.wait_s,
-                                    scope=self.scope)
+                                    scope=self.scope, on_outcome=tell, stop=stop)
         except ZerolayerError as exc:
-            self._say({f"apply: failed: {exc}"})
-            return False
-        self._say({apply.describe(o) for o in report.outcomes if o.status != apply.OK})
-        return report.matched
+            self._say({f"apply: failed: {exc}"}, said)
+            report = None
+        if report is not None:
+            self._say(set(self.config.unmatched([o.action.want for o in report.outcomes])), said)
+        self.last_lines = said
+        return report is not None and report.matched
 
-    def _say(self, lines: set[str]) -> None:
-        for line in sorted(lines - self.last_lines):
+    def _say(self, lines: set[str], said: set[str]) -> None:
+        """Log LINES but those logged in the pass before or in this one (SAID)."""
+        for line in sorted(lines - self.last_lines - said):
             self.log(line)
-        self.last_lines = lines
+        said |= lines
 
     def _detach_all(self) -> None:
         """[service] detach_on_stop: detach zerolayer from every interface

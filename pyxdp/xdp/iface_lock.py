@@ -8,34 +8,33 @@ from its first check to its last write, so two never interleave:
 
 The key is the pin dir's (pins.py), so the lock guards exactly that
 directory and the attachment its pins name. The files live outside bpffs,
-which holds no regular files, and are never removed: a lock file unlinked
-while another command waits on it would give the two different locks.
+which holds no regular files, and are never removed while their namespace
+exists: a lock file unlinked while another command waits on it would give
+the two different locks (remove_netns drops those of a namespace gone).
 flock(2) dies with its holder, so a killed command never leaves it held.
+The directories are root's and checked on every use, and a lock file is
+opened without following a link (pyxdp.kernel.root_dirs).
 """
 
 import contextlib
 import errno
 import fcntl
 import os
-import shutil
 import time
 from collections.abc import Callable
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel.root_dirs import RUN, open_file
 from pyxdp.xdp import pins
 
-ROOT = "/run/zerolayer/lock"
+LOCKS = "lock"  # under /run/zerolayer
 DEFAULT_WAIT_S = 30.0  # longer than a first attach's compile on a busy host
 _POLL_S = 0.02
 
 
-def _beside(pin_path: str) -> str:
-    """The path under ROOT that PIN_PATH has under the pin root."""
-    return os.path.join(ROOT, os.path.relpath(pin_path, pins.ROOT))
-
-
-def path(ifname: str, netns: str | None) -> str:
-    return _beside(pins.pin_dir(ifname, netns))
+def _parts(ifname: str | None, netns: str | None) -> tuple[str, ...]:
+    """The lock's place under /run/zerolayer: its pin dir's under the pin root."""
+    return (LOCKS, *pins.tree_parts(ifname, netns))
 
 
 def _holder(fd: int) -> str:
@@ -44,15 +43,17 @@ def _holder(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def file_held(target: str, wait_s: float, busy: Callable[[str], str]):
-    """Hold an flock on TARGET (created if need be) for the block, waiting up
-    to WAIT_S seconds for it; if it stays taken, BUSY(holder) is the
-    one-line error (HOLDER: " (pid N)" as the holder wrote it, or "")."""
+def file_held(parts: tuple[str, ...], wait_s: float, busy: Callable[[str], str]):
+    """Hold an flock on /run/zerolayer/PARTS... (created if need be) for the
+    block, waiting up to WAIT_S seconds for it; if it stays taken,
+    BUSY(holder) is the one-line error (HOLDER: " (pid N)" as the holder
+    wrote it, or "")."""
     try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_file(RUN, *parts, flags=os.O_RDWR | os.O_CREAT, create_dirs=True)
     except OSError as exc:
-        raise ZerolayerError(f"cannot open the lock file {target}: {exc.strerror}") from None
+        raise ZerolayerError(f"cannot open the lock file {RUN.path(*parts)}: "
+                             f"{exc.strerror}") from None
+    assert fd is not None  # created, or refused
     try:
         deadline = time.monotonic() + wait_s
         while True:
@@ -76,22 +77,20 @@ def held(ifname: str, netns: str | None, wait_s: float = DEFAULT_WAIT_S):
     """Hold IFNAME's lock for the block, waiting up to WAIT_S seconds for it;
     a one-line error, with nothing changed, if it stays taken."""
     where = f" in netns {netns}" if netns else ""
-    return file_held(path(ifname, netns), wait_s, lambda holder: (
+    return file_held(_parts(ifname, netns), wait_s, lambda holder: (
         f"another zerolayer command{holder} is changing {ifname}{where}; "
         "nothing was changed: try again, or wait longer with --wait SECONDS"))
 
 
 def locked_netns() -> list[str]:
     """Namespaces with lock files."""
-    try:
-        names = os.listdir(ROOT)
-    except FileNotFoundError:
-        return []
-    return sorted(n[len(pins.NETNS_PREFIX):] for n in names if n.startswith(pins.NETNS_PREFIX))
+    return sorted(n[len(pins.NETNS_PREFIX):] for n in RUN.listdir(LOCKS)
+                  if n.startswith(pins.NETNS_PREFIX))
 
 
 def remove_netns(netns: str) -> None:
     """Drop the lock files of a namespace that is gone, when no command can
-    still be using them (a test lab's, after its teardown)."""
+    still be using them (a test lab's after its teardown, or a namespace
+    whose pins were just removed under each of its interfaces' locks)."""
     if netns:  # never the whole tree
-        shutil.rmtree(_beside(pins.netns_dir(netns)), ignore_errors=True)
+        RUN.remove(*_parts(None, netns), floor=2)

@@ -9,12 +9,14 @@ registrations carry over), swaps programs with one netlink call that names
 the program it replaces, and only then writes what was given.
 """
 
+import contextlib
 import errno
 import os
 from dataclasses import asdict, dataclass
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpffs, bpfsys
+from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.privileges import preflight
 from pyxdp.proto import frames
 from pyxdp.xdp import compiler, egress, iface_lock, netlink, ownership, parsers, pins
@@ -57,15 +59,28 @@ class DetachResult:
         return asdict(self)
 
 
-def _modes_to_try(ifname: str, requested: str, current: str | None) -> list[str]:
+def _foreign_removal(ifname: str, mode: str | None, netns: str | None) -> str:
+    """How to remove another tool's program, which zerolayer never detaches."""
+    ip = f"ip -n {netns}" if netns else "ip"
+    xdp = {"skb": "xdpgeneric", "native": "xdpdrv"}.get(mode or "", "xdp")
+    unload = (f"`ip netns exec {netns} xdp-loader unload {ifname} --all`" if netns
+              else f"`xdp-loader unload {ifname} --all`")
+    return f"its own tool ({unload} or `{ip} link set dev {ifname} {xdp} off`)"
+
+
+def _modes_to_try(ifname: str, requested: str, current: str | None, ours: bool,
+                  netns: str | None) -> list[str]:
     if current is None:
         return ["native", "skb"] if requested == "auto" else [requested]
     if current not in ("native", "skb"):
         raise ZerolayerError(f"{ifname} has XDP attached in {current} mode, which zerolayer does not manage")
     if requested not in ("auto", current):
+        where = f" --netns {netns}" if netns else ""
+        how = f"`zerolayer detach {ifname}{where}`" if ours else _foreign_removal(
+            ifname, current, netns)
         raise ZerolayerError(
             f"{ifname} runs XDP in {current} mode; to move to {requested} mode, "
-            f"detach first (the kernel cannot swap modes in one step)"
+            f"detach first with {how} (the kernel cannot swap modes in one step)"
         )
     return [current]
 
@@ -101,8 +116,8 @@ def _attach(ifname: str, ins: ownership.Inspection, prog_fd: int, modes: list[st
 
 def _pin_program(prog_fd: int, pin_dir: str) -> None:
     """Replace pin_dir/prog in one rename, so the pin is never missing."""
-    staging = os.path.join(pin_dir, pins.PROG_STAGING)
-    if os.path.exists(staging):
+    staging = os.path.join(pin_dir, pins.PROG_STAGING)  # pin_dir: checked to be root's
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(staging)
     bpfsys.obj_pin(prog_fd, staging)
     os.replace(staging, os.path.join(pin_dir, pins.PROG))
@@ -155,16 +170,17 @@ def _attach_locked(ifname: str, mode: str, ports, on_malformed: str | None,
         assert prog is not None  # a foreign owner is a program we could read
         raise ZerolayerError(
             f"{ifname} already runs XDP program '{prog.name}' (id {prog.id}, {ins.state.mode} mode) "
-            "that zerolayer did not load: remove it with its own tool, or pass --replace"
+            f"that zerolayer did not load: remove it with "
+            f"{_foreign_removal(ifname, ins.state.mode, netns)}, or pass --replace"
         )
-    modes = _modes_to_try(ifname, mode, ins.state.mode if ins.owner else None)
+    modes = _modes_to_try(ifname, mode, ins.state.mode if ins.owner else None, ins.ours, netns)
     if ins.stale_pins:
-        pins.remove_dir(ins.pin_dir)  # left by a program no longer attached
+        pins.remove_pins(ifname, netns)  # left by a program no longer attached
     action = {None: "attached", ownership.ZEROLAYER: "upgraded"}.get(ins.owner, "replaced")
     fresh = not ins.ours
 
     expected_fd = bpfsys.prog_fd_by_id(ins.program.id) if ins.program else None
-    os.makedirs(ins.pin_dir, exist_ok=True)
+    pins.ensure_pin_dir(ifname, netns)  # root's, checked, before bcc pins into it
     loaded = None
     try:
         loaded = compiler.load_token(ins.pin_dir)
@@ -182,7 +198,7 @@ def _attach_locked(ifname: str, mode: str, ports, on_malformed: str | None,
             final_flows, final_forward = maps.flows_enabled(), maps.forward_enabled()
     except BaseException:
         if fresh:
-            pins.remove_dir(ins.pin_dir)  # ours alone: made under the lock
+            pins.remove_pins(ifname, netns)  # ours alone: made under the lock
         raise
     finally:
         if expected_fd is not None:
@@ -209,31 +225,22 @@ def detach(ifname: str, netns: str | None = None,
     program is never touched. Nothing is removed unless all of it can be:
     the lock is held and bpffs is writable before anything changes."""
     preflight("zerolayer detach")
-    pin_dir = pins.pin_dir(ifname, netns)
     with iface_lock.held(ifname, netns, wait_s):
         bpffs.require_writable("zerolayer detach")
-        return _detach_locked(ifname, netns, pin_dir)
+        return _detach_locked(ifname, netns)
 
 
-def _detach_locked(ifname: str, netns: str | None, pin_dir: str) -> DetachResult:
-    try:
-        ins = ownership.inspect(ifname, netns)
-    except ZerolayerError:
-        if not os.path.isdir(pin_dir):
-            raise
-        pins.remove_dir(pin_dir)
-        return DetachResult(ifname, netns, "removed_stale_pins", None,
-                            "the interface no longer exists")
+def _detach_locked(ifname: str, netns: str | None) -> DetachResult:
+    ins, stale = _stale_pins(ifname, netns)
+    if stale is not None:
+        pins.remove_pins(ifname, netns)
+        return DetachResult(ifname, netns, "removed_stale_pins", None, stale)
+    assert ins is not None  # not stale: it could be read
     if not ins.ours:
-        if not ins.pinned:
-            extra = (f": it runs '{ins.program.name}' (id {ins.program.id}), not loaded by zerolayer"
-                     if ins.program else "")
-            raise ZerolayerError(f"zerolayer is not attached to {ifname}{extra}")
-        pins.remove_dir(pin_dir)
-        note = "the program was no longer attached"
-        if ins.program:
-            note = f"{ifname} now runs '{ins.program.name}' (id {ins.program.id}), left in place"
-        return DetachResult(ifname, netns, "removed_stale_pins", None, note)
+        extra = (f": it runs '{ins.program.name}' (id {ins.program.id}), not loaded by "
+                 f"zerolayer; remove it with {_foreign_removal(ifname, ins.state.mode, netns)}"
+                 if ins.program else "")
+        raise ZerolayerError(f"zerolayer is not attached to {ifname}{extra}")
 
     prog = ins.program
     assert prog is not None and ins.state.mode is not None  # ours: attached, and read
@@ -244,5 +251,58 @@ def _detach_locked(ifname: str, netns: str | None, pin_dir: str) -> DetachResult
         raise ZerolayerError(f"detaching from {ifname} failed: {exc.strerror}") from None
     finally:
         os.close(prog_fd)
-    pins.remove_dir(pin_dir)
+    pins.remove_pins(ifname, netns)
     return DetachResult(ifname, netns, "detached", prog.id, None)
+
+
+def _stale_pins(ifname: str, netns: str | None) -> tuple[ownership.Inspection | None, str | None]:
+    """IFNAME's inspection (None when it cannot be read) and, when its pins
+    are stale, why (None: there are none, or zerolayer's program uses them).
+    Raises when there is neither an interface nor pins."""
+    if netns is not None and not netns_mod.exists(netns) and pins.has_pin_dir(ifname, netns):
+        return None, f"network namespace {netns} is gone"
+    try:
+        ins = ownership.inspect(ifname, netns)
+    except ZerolayerError:
+        if not pins.has_pin_dir(ifname, netns):
+            raise
+        return None, "the interface no longer exists"
+    if not ins.stale_pins:
+        return ins, None
+    if ins.program:
+        return ins, f"{ifname} now runs '{ins.program.name}' (id {ins.program.id}), left in place"
+    return ins, "the program was no longer attached"
+
+
+def remove_stale(wait_s: float = iface_lock.DEFAULT_WAIT_S,
+                 only_netns: set[str] | None = None) -> list[DetachResult]:
+    """Remove every stale pin dir (spec §6.2): those of interfaces that are
+    gone or run no zerolayer program, and all those of a namespace that is
+    gone, whose pins alone hold its programs (they are freed with them).
+    Each under its interface's lock; zerolayer's running programs and
+    other tools' are left alone. ONLY_NETNS: just these gone namespaces'
+    (apply --prune's scope). A gone namespace's lock dir goes last."""
+    preflight("zerolayer detach")
+    bpffs.require_writable("zerolayer detach --stale")
+    pinned = pins.pinned_netns()
+    gone = [ns for ns in pinned if not netns_mod.exists(ns)
+            and (only_netns is None or ns in only_netns)]
+    where: list[str | None] = list(gone)
+    if only_netns is None:
+        where = [None, *(ns for ns in pinned if netns_mod.exists(ns)), *gone]
+    results = []
+    for netns in where:
+        for ifname in pins.pinned_interfaces(netns):
+            with iface_lock.held(ifname, netns, wait_s):
+                _, stale = _stale_pins(ifname, netns)
+                if stale is not None:
+                    pins.remove_pins(ifname, netns)
+                    results.append(DetachResult(ifname, netns, "removed_stale_pins", None, stale))
+    # Their lock dirs too (those of other gone namespaces with only locks left, for
+    # --stale): no command can want them while the namespace stays gone.
+    locks = {ns for ns in iface_lock.locked_netns() if not netns_mod.exists(ns)}
+    for netns in sorted(set(gone) | (locks if only_netns is None else set())):
+        if not netns_mod.exists(netns):  # not made again meanwhile
+            pins.remove_netns_tree(netns)  # what is left: an empty ns: dir
+            iface_lock.remove_netns(netns)
+    return results

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
+from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.privileges import preflight
 from pyxdp.xdp import netlink, parsers, pins
 from pyxdp.xdp.maps import ZerolayerMaps
@@ -68,7 +69,7 @@ def _program_info(prog_id: int) -> bpfsys.ProgInfo | None:
 
 def inspect_state(state: netlink.XdpState, netns: str | None) -> Inspection:
     pin_dir = pins.pin_dir(state.ifname, netns)
-    pinned = os.path.isdir(pin_dir)
+    pinned = pins.has_pin_dir(state.ifname, netns)  # the tree checked to be root's
     program = _program_info(state.prog_id) if state.prog_id else None
     owner = None
     if program is not None:
@@ -129,13 +130,16 @@ def status(ifname: str | None = None, netns: str | None = None) -> list[dict]:
     """Every interface of NETNS (or just IFNAME), plus pin dirs whose
     interface no longer exists."""
     preflight("zerolayer status")
-    if ifname:
+    # A namespace that is gone still shows its pins, all stale.
+    ns_gone = netns is not None and not netns_mod.exists(netns) and bool(
+        pins.pinned_interfaces(netns))
+    if ifname and not (ns_gone and pins.has_pin_dir(ifname, netns)):
         return [describe(inspect(ifname, netns))]
-    states = netlink.query_all(netns)
+    states = [] if ns_gone else netlink.query_all(netns)
     rows = [describe(inspect_state(s, netns)) for s in states]
     present = {s.ifname for s in states}
     for gone in pins.pinned_interfaces(netns):
-        if gone not in present:
+        if gone not in present and ifname in (None, gone):
             rows.append({
                 "interface": gone, "netns": netns, "ifindex": None, "mode": None,
                 "program_id": None, "program_name": None, "owner": None,

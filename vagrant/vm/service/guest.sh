@@ -216,6 +216,9 @@ TOML
     mv "$CONF.good" "$CONF"
     phase "broken file"
 
+    hostile_files
+    exporter_read_only "$url"
+
     systemctl stop zerolayer.service zerolayer-exporter.service
     is_running eth0 "ports=9977,9978 on_malformed=pass" || fail "stopping zerolayer.service detached eth0"
     ok "systemctl stop leaves the attachments (detach_on_stop is false)"
@@ -224,6 +227,59 @@ TOML
     phase "stop"
 
     kube
+}
+
+# Files an attacker would plant where root reads its configuration
+# (docs/service.md, "What root trusts"): each is refused in one line, and
+# --watch stays up, on its last good configuration, in the same process.
+hostile_files() {
+    local pid cursor kind lines
+    pid="$(systemctl show -P MainPID zerolayer.service)"
+    [ "$(systemctl show -P MemoryMax zerolayer.service)" != infinity ] || fail "zerolayer.service has no MemoryMax"
+    cp "$CONF" "$CONF.good"
+    for kind in world-writable foreign-owned dev-zero fifo deep huge; do
+        cursor="$(journalctl -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p')"
+        rm -f "$CONF"
+        case "$kind" in
+            world-writable) cp "$CONF.good" "$CONF"; chmod 0666 "$CONF" ;;
+            foreign-owned) cp "$CONF.good" "$CONF"; chown nobody "$CONF" ;;
+            dev-zero) ln -s /dev/zero "$CONF" ;;
+            fifo) mkfifo "$CONF" ;;
+            deep) $PY -c 'print("x = " + "[" * 5000 + "]" * 5000)' >"$CONF" ;;
+            huge) head -c 2097152 /dev/zero | tr '\0' '#' >"$CONF" ;;
+        esac
+        systemctl reload zerolayer.service
+        sleep 3
+        [ "$(systemctl show -P MainPID zerolayer.service)" = "$pid" ] || fail "$kind file: zerolayer.service died or restarted"
+        is_running eth0 "ports=9977,9978 on_malformed=pass" || fail "$kind file changed eth0: $(running eth0)"
+        mapfile -t lines < <(journalctl --after-cursor "$cursor" -o cat -q _PID="$pid")
+        printf '    journal: %s\n' "${lines[@]}"
+        [ ${#lines[@]} -eq 1 ] || fail "the $kind file logged ${#lines[@]} lines, wanted 1"
+        ok "$kind file: refused in one line, same process, last good configuration kept"
+    done
+    rm -f "$CONF"
+    mv "$CONF.good" "$CONF"
+    echo "    memory of zerolayer.service: $(systemctl show -P MemoryCurrent zerolayer.service) bytes, max $(systemctl show -P MemoryMax zerolayer.service)"
+    phase "hostile files"
+}
+
+# A listener killed with -9 leaves its statistics file in /run/zerolayer;
+# the exporter, which sees /run/zerolayer read-only, must still answer.
+exporter_read_only() { # URL
+    local code
+    timeout 120 $ZL listen eth0 >/dev/null 2>&1 &
+    sleep 15
+    pkill -9 -f "zerolayer listen eth0" || fail "no zerolayer listen to kill"
+    wait 2>/dev/null
+    ls -R /run/zerolayer/xsk 2>/dev/null | sed 's/^/    \/run\/zerolayer\/xsk: /'
+    code="$($PY -c 'import sys, urllib.request
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=20).status)
+except urllib.error.HTTPError as e:
+    print(e.code)' "$1")"
+    [ "$code" = 200 ] || fail "/metrics answered $code after a listener was killed with -9"
+    ok "/metrics answers 200 from a read-only /run/zerolayer after kill -9 of a listener"
+    phase "exporter, read-only /run/zerolayer"
 }
 
 # --- podman kube play -------------------------------------------------------------
