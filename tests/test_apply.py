@@ -10,8 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import threading
-import time
 
 import pytest
 
@@ -20,11 +18,11 @@ from pyxdp.service import lock
 from pyxdp.xdp import netlink, pins
 from support.cli_runner import ZEROLAYER
 from support.tuning_fixtures import netns_sysctl, profile_text, write_profile
+from support.watch_runner import WAIT_S, Watcher, wait_for
 from support.xdp_helpers import load_foreign, one_line_error
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
-WAIT_S = 60.0  # bounded waits on conditions; none is expected to take long
 
 
 def add_veth(lab, name: str, peer: str) -> None:
@@ -78,13 +76,6 @@ def status(lab) -> dict[str, dict]:
     proc = subprocess.run([ZEROLAYER, "status", "--netns", lab.dut.netns, "--json"],
                           capture_output=True, text=True, check=True)
     return {r["interface"]: r for r in json.loads(proc.stdout)["interfaces"]}
-
-
-def wait_for(what: str, condition) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT_S:.0f}s: {what}"
-        time.sleep(0.1)
 
 
 def test_apply_attaches_then_a_second_apply_changes_nothing(lab, tmp_path):
@@ -238,43 +229,6 @@ def test_concurrent_applies_end_with_one_program_and_no_orphan_pins(lab, tmp_pat
         assert sorted(os.listdir(pin_dir)) == sorted([pins.PROG, *pins.MAPS])
         assert status(lab)[name]["owner"] == "zerolayer" and state.prog_id is not None
     assert pins.pinned_interfaces(lab.dut.netns) == ["cc0", "dut0"]
-
-
-class Watcher:
-    """`zerolayer apply FILE --watch`, its stdout read line by line."""
-
-    def __init__(self, path: str):
-        env = {**os.environ, "JOURNAL_STREAM": "8:1"}  # as under systemd: no timestamps
-        self.proc = subprocess.Popen([ZEROLAYER, "apply", path, "--watch", "--wait", "60"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env)
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def count(self, text: str) -> int:
-        return sum(text in line for line in self.lines)
-
-    def wait_line(self, text: str, n: int = 1) -> None:
-        wait_for(f"{n} line(s) with {text!r} in {self.lines}",
-                 lambda: self.count(text) >= n or self.proc.poll() is not None)
-        assert self.count(text) >= n, (self.lines, self.proc.stderr.read() if self.proc.stderr else "")
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=WAIT_S)
-        self.reader.join(timeout=WAIT_S)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def test_watch_converges_on_links_on_sighup_and_keeps_the_last_good_file(lab, tmp_path):

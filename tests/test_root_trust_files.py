@@ -16,10 +16,11 @@ import time
 
 import pytest
 
+from pyxdp.service import lock
 from support.cli_runner import ZEROLAYER
 from support.hostile import ordinary_user
 from support.tuning_fixtures import profile_text
-from test_apply import Watcher, wait_for
+from support.watch_runner import Watcher, wait_for
 
 pytestmark = pytest.mark.root
 
@@ -170,6 +171,22 @@ def test_watch_stops_on_sigterm_while_its_file_is_a_fifo(private):
         assert watcher.stop() == 0
     finally:
         watcher.kill()
+
+
+def test_watch_stops_on_sigterm_while_it_waits_for_the_apply_lock(private):
+    """Another apply holds the lock; --watch waits up to its --wait (60 s)
+    for it, and SIGTERM ends that wait, not its end."""
+    path = private / "zerolayer.toml"
+    path.write_text(GOOD)
+    with lock.held(1):
+        watcher = Watcher(str(path))
+        try:
+            watcher.wait_line("watching")
+            time.sleep(0.5)  # into the first pass, on the lock
+            watcher.proc.send_signal(signal.SIGTERM)
+            assert watcher.proc.wait(timeout=20) == 0, watcher.proc.stderr.read()
+        finally:
+            watcher.kill()
 
 
 def test_watch_runs_a_pass_when_a_namespace_it_names_is_deleted(lab, private):

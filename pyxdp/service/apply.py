@@ -188,7 +188,7 @@ def converge(config: Config, *, prune: bool = False, dry_run: bool = False,
         report.matched = matched(actions)
         return report
     stopped = stop.is_set if stop is not None else lambda: False
-    with lock.held(wait_s):
+    with lock.held(wait_s, stopped):
         actions = plan(config, observe(config, scope), prune, scope)
         report.outcomes = _carry_out(actions, config, wait_s, on_outcome, stopped)
         if any(a.action == "rename" for a in actions) and not stopped():

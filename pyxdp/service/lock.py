@@ -9,9 +9,10 @@ from pyxdp.xdp import iface_lock
 NAME = "apply.lock"  # in /run/zerolayer, checked to be root's like the interfaces' locks
 
 
-def held(wait_s: float):
-    """Hold the apply lock for the block, waiting up to WAIT_S seconds;
-    a one-line error, with nothing changed, if it stays taken."""
+def held(wait_s: float, stopped=lambda: False):
+    """Hold the apply lock for the block, waiting up to WAIT_S seconds (or
+    until STOPPED()); a one-line error, with nothing changed, if it stays
+    taken."""
     return iface_lock.file_held((NAME,), wait_s, lambda holder: (
         f"another zerolayer apply{holder} is running; nothing was changed: try again, "
-        "or wait longer with --wait SECONDS"))
+        "or wait longer with --wait SECONDS"), stopped)

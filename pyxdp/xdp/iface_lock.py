@@ -43,11 +43,13 @@ def _holder(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def file_held(parts: tuple[str, ...], wait_s: float, busy: Callable[[str], str]):
+def file_held(parts: tuple[str, ...], wait_s: float, busy: Callable[[str], str],
+              stopped: Callable[[], bool] = lambda: False):
     """Hold an flock on /run/zerolayer/PARTS... (created if need be) for the
     block, waiting up to WAIT_S seconds for it; if it stays taken,
     BUSY(holder) is the one-line error (HOLDER: " (pid N)" as the holder
-    wrote it, or "")."""
+    wrote it, or ""). STOPPED() true ends the wait as a timeout does
+    (SIGTERM under `apply --watch`)."""
     try:
         fd = open_file(RUN, *parts, flags=os.O_RDWR | os.O_CREAT, create_dirs=True)
     except OSError as exc:
@@ -63,7 +65,7 @@ def file_held(parts: tuple[str, ...], wait_s: float, busy: Callable[[str], str])
             except OSError as exc:
                 if exc.errno != errno.EWOULDBLOCK:
                     raise
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or stopped():
                 raise ZerolayerError(busy(_holder(fd)))
             time.sleep(_POLL_S)
         os.ftruncate(fd, 0)
