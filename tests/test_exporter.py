@@ -21,6 +21,7 @@ from pyxdp.lab import traffic
 from pyxdp.observe import xsk_sockets
 from pyxdp.proto import counters, datagram, frames
 from pyxdp.proto.frames import FrameType
+from pyxdp.streams.metrics import StreamMetrics
 from pyxdp.xdp import loader, parsers
 from support.cli_runner import ZEROLAYER
 
@@ -196,6 +197,16 @@ def test_the_dashboard_uses_only_exported_metrics(lab, cli):
     exported |= {f.name for f in text_string_to_metric_families(proc.stdout)}
     # The zerolayer_xsk_* series exist only while an AF_XDP socket is open.
     exported |= {f"zerolayer_xsk_{n}_total" for n in xsk_sockets.XSK_STATS} | {"zerolayer_xsk_info"}
+    # The token streams' series are served with --streams (tests/test_exporter_streams.py
+    # serves them for real): here, what their metrics render once a stream was seen.
+    streams = StreamMetrics()
+    labels = ("client", "openai", "false", "")
+    streams.first_chunk(labels, 0.1)
+    streams.chunk(labels)
+    streams.gap(labels, 0.01, False)
+    streams.finished(labels, "done", 1)
+    exported |= {s.name for f in text_string_to_metric_families(streams.render().decode())
+                 for s in f.samples}
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     exprs += [v.get("query", {}).get("query", "") if isinstance(v.get("query"), dict) else v.get("query", "")

@@ -29,6 +29,7 @@ from pyxdp.lab import generator
 from pyxdp.proto import counters
 from pyxdp.relay import datapath, schema
 from pyxdp.relay.datapath import RelayDataPath
+from pyxdp.streams import probes as stream_probes
 from pyxdp.xdp import compiler, egress, maps, pins
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
@@ -37,7 +38,11 @@ MAX_SOCKS = 64  # the relay's, for this test
 
 # Set by the loader per load, not shared constants.
 PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW",
-            "ZL_EGRESS_FD", "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM"}
+            "ZL_EGRESS_FD", "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM",
+            # the streams program's sizes, pid filter and the kernel's field offsets
+            "ZL_ST_PIECES", "ZL_ST_IOVS", "ZL_ST_MAX_CONNS", "ZL_ST_RING_PAGES",
+            "ZL_ST_FILTER_PIDS", "ZL_ST_SELF",
+            *(f"ZL_ST_OFF_{name}" for name in stream_probes.KERNEL_FIELDS)}
 
 
 def _bpf(text: str, *extra: str):
@@ -59,6 +64,11 @@ def programs():
     # struct xdp_md is a program's context, in no map: declare one for bcc.
     kernel = _bpf("#include <uapi/linux/bpf.h>\n"
                   "BPF_ARRAY(zl_test_xdp_md, struct xdp_md, 1);\n")
+    # the streams event goes through a ring buffer, which bcc gives no type:
+    # a map of it, compiled with the program's header, has it
+    streams = _bpf('#include <uapi/linux/bpf.h>\n#include "streams.h"\n'
+                   "BPF_ARRAY(zl_test_st_event, struct zl_st_event, 1);\n",
+                   *compiler.define_flags(stream_probes.c_defines()))
     # Before 5.18 the kernel refuses the generator's program: bcc still
     # compiles it and makes its maps, which is all a layout needs.
     unloaded = [] if "generator" in loaded else [
@@ -67,10 +77,10 @@ def programs():
     try:
         yield {**{name: lo.bpf for name, lo in loaded.items()},
                **({"generator": unloaded[0]} if unloaded else {}),
-               "relay": relay._loaded.bpf, "kernel": kernel,
+               "relay": relay._loaded.bpf, "kernel": kernel, "streams": streams,
                "token_fd": loaded["token"].prog_fd, "egress_fd": egress_fd}
     finally:
-        for b in (kernel, *unloaded):
+        for b in (kernel, streams, *unloaded):
             b.cleanup()
         relay.close()
         for lo in loaded.values():
@@ -100,6 +110,7 @@ STRUCTS = {
     ("generator", "zl_gen_templates", "Leaf"): generator.TEMPLATE,
     ("generator", "zl_gen_state", "Leaf"): generator.STATE,
     ("kernel", "zl_test_xdp_md", "Leaf"): generator.XDP_MD,
+    ("streams", "zl_test_st_event", "Leaf"): stream_probes.EVENT,
 }
 
 
@@ -174,7 +185,8 @@ def test_map_sizes_are_the_python_values(programs):
 def all_defines() -> dict[str, int]:
     """Every value the loaders pass: the token program's (the compiler's
     own), the relay's and the generator's (from their modules)."""
-    return compiler.shared_defines() | schema.c_defines() | generator.c_defines()
+    return (compiler.shared_defines() | schema.c_defines() | generator.c_defines()
+            | stream_probes.c_defines())
 
 
 def _sources() -> dict[str, str]:
@@ -216,7 +228,8 @@ def test_the_c_sees_the_python_values():
     text += "".join(f"BPF_ARRAY(zl_test_{i}, __u8, ({name}) + 1);\n"
                     for i, name in enumerate(shared))
     # with the per-load names too, for the headers that need them
-    b = _bpf(text, *compiler.define_flags(schema.c_defines() | generator.c_defines()),
+    b = _bpf(text, *compiler.define_flags(schema.c_defines() | generator.c_defines()
+                                          | stream_probes.c_defines()),
              "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2", "-DZL_SK_WINDOW=0", "-DZL_EGRESS_FD=-1",
              "-DZL_HAVE_XDP_LOAD_BYTES=1")
     try:

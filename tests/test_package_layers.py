@@ -19,6 +19,7 @@ LAYERS = (
     {"pyxdp.xdp", "pyxdp.tuning"},
     {"pyxdp.xsk"},
     {"pyxdp.relay"},
+    {"pyxdp.streams"},
     {"pyxdp.observe"},
     {"pyxdp.service"},
     {"pyxdp.lab"},

@@ -10,9 +10,10 @@ from pyxdp.bench.core import section as core
 from pyxdp.bench.delivery import section as delivery
 from pyxdp.bench.relay import section as relay
 from pyxdp.bench.section import Section
+from pyxdp.bench.streams import section as streams
 from pyxdp.bench.tx import section as tx
 
 SECTIONS: dict[str, Section] = {s.name: s for s in (
     parser.SECTION, xdp_path.SECTION, delivery.SECTION, tx.SECTION, forward.SECTION,
-    relay.SECTION, core.SECTION, zerocopy.SECTION)}
+    relay.SECTION, core.SECTION, zerocopy.SECTION, streams.SECTION)}
 DEFAULT_SECTIONS = tuple(name for name, s in SECTIONS.items() if s.default)

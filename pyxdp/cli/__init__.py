@@ -31,12 +31,14 @@ def _register() -> None:
         listen_commands,
         observe_commands,
         relay_commands,
+        streams_commands,
         tune_commands,
         xdp_commands,
     )
 
     for module in (xdp_commands, tune_commands, lab_commands, listen_commands, bench_commands,
-                   observe_commands, relay_commands, emit_commands, apply_commands):
+                   observe_commands, relay_commands, emit_commands, apply_commands,
+                   streams_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
 

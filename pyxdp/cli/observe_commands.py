@@ -32,23 +32,36 @@ def _check_netns(netns: str | None) -> None:
                    "(zerolayer apply's; docs/spec.md §10.1), instead of --listen.")
 @click.option("--once", is_flag=True,
               help="Print the metrics once and exit (e.g. for node_exporter's textfile collector).")
+@click.option("--streams", "with_streams", is_flag=True,
+              help="Also observe the token streams (SSE over HTTP/1.1, plaintext and TLS) of "
+                   "every process, as `zerolayer streams` does, and serve their histograms "
+                   "(docs/spec.md §11.5). [streams] enabled = true in --config's file does "
+                   "the same.")
 @netns_option(WATCHED_NETNS)
 @json_option("On start, print what is served where as one JSON object on stdout.")
 @click.pass_context
-def exporter(ctx, listen, config_path, once, netns, as_json):
+def exporter(ctx, listen, config_path, once, with_streams, netns, as_json):
     """Serve Prometheus metrics for every interface zerolayer is attached to."""
     from pyxdp.cli.render import emit_json
     from pyxdp.observe import exporter as exporter_mod
+    from pyxdp.service.config import Streams
 
+    streams = Streams(enabled=with_streams)
     if config_path is not None:
         from pyxdp.cli.apply_commands import load_config
 
         if ctx.get_parameter_source("listen") is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError("give --listen or --config, not both")
-        listen = load_config(ctx, config_path).exporter.listen
+        config = load_config(ctx, config_path)
+        listen = config.exporter.listen
+        if config.streams.enabled or with_streams:
+            streams = Streams(True, config.streams.stall_ms, config.streams.max_streams)
     if once and as_json:
         raise click.UsageError("--once prints the Prometheus text format; for the same "
                                "reads as JSON run `zerolayer top --json --count 1`")
+    if once and streams.enabled:
+        raise click.UsageError("--streams observes streams as they pass: it needs a running "
+                               "exporter, not --once")
     preflight("zerolayer exporter")
     _check_netns(netns)
     log = lambda line: click.echo(f"zerolayer exporter: {line}", err=True)  # noqa: E731
@@ -60,7 +73,8 @@ def exporter(ctx, listen, config_path, once, netns, as_json):
         emit_json(info)
         sys.stdout.flush()  # a script waits for this line before it scrapes
 
-    exporter_mod.serve(listen, log=log, only_netns=netns, announce=announce if as_json else None)
+    exporter_mod.serve(listen, log=log, only_netns=netns, announce=announce if as_json else None,
+                       streams=streams if streams.enabled else None)
 
 
 @click.command()

@@ -13,6 +13,10 @@ show flows.
 AF_XDP sockets are found by pyxdp.observe.xsk_sockets (sock_diag where the
 kernel has xsk_diag, zerolayer_xsk_diag_available 1; else what zerolayer's
 own listeners publish, source="listener").
+
+With streams (`--streams`, `[streams]`), the token streams of every process
+too (docs/spec.md §11.5): an observer (pyxdp.streams) runs in a thread
+beside the server and feeds the histograms as chunks pass.
 """
 
 import os
@@ -179,11 +183,13 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def registry(log=None, only_netns: str | None = None):
+def registry(log=None, only_netns: str | None = None, extra=()):
     from prometheus_client import CollectorRegistry
 
     reg = CollectorRegistry(auto_describe=False)
     reg.register(ZerolayerCollector(log, only_netns))
+    for collector in extra:
+        reg.register(collector)
     return reg
 
 
@@ -197,13 +203,14 @@ def render(log=None, only_netns: str | None = None) -> bytes:
 class Exporter:
     """An HTTP server for /metrics on HOST:PORT, in a background thread."""
 
-    def __init__(self, listen: str = DEFAULT_LISTEN, log=None, only_netns: str | None = None):
+    def __init__(self, listen: str = DEFAULT_LISTEN, log=None, only_netns: str | None = None,
+                 extra=()):
         from prometheus_client import start_http_server
 
         host, port = parse_listen(listen)
         try:
             self._server, self._thread = start_http_server(
-                port, addr=host, registry=registry(log, only_netns))
+                port, addr=host, registry=registry(log, only_netns, extra))
         except OSError as exc:
             raise ZerolayerError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
         self.address: tuple[str, int] = self._server.server_address[:2]  # type: ignore[assignment]
@@ -214,12 +221,54 @@ class Exporter:
         self._thread.join(timeout=5)
 
 
+class StreamsObserver:
+    """The token-stream observer behind `--streams`: its probes load here
+    (a compile; a failure is the command's, before anything is served), its
+    loop runs in a thread until close()."""
+
+    def __init__(self, options, log) -> None:
+        from pyxdp.streams.metrics import StreamMetrics
+        from pyxdp.streams.watch import NOT_SEEN, Watch
+
+        self.metrics = StreamMetrics(counters=self._counters)
+        self._watch = Watch(stall_ms=options.stall_ms, max_streams=options.max_streams,
+                            metrics=self.metrics)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zerolayer-streams", daemon=True)
+        self._log = log
+        self._thread.start()
+        log(f"observing token streams of every process; {NOT_SEEN}")
+
+    def _counters(self) -> dict:
+        """The tracker's counters, read at a scrape."""
+        return self._watch.tracker.counters
+
+    def _run(self) -> None:
+        try:
+            self._watch.run(self._stop, emit=lambda _stream: None)
+        except Exception as exc:  # the metrics stop growing; the exporter says why, once
+            self._log(f"the token-stream observer stopped: {exc}")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._watch.close()
+
+
 def serve(listen: str = DEFAULT_LISTEN, log=print, stop: threading.Event | None = None,
-          only_netns: str | None = None, announce=None) -> None:
+          only_netns: str | None = None, announce=None, streams=None) -> None:
     """Serve until STOP is set (SIGINT and SIGTERM set it). ANNOUNCE, if
     given, is called once serving has started, with what is served where
-    (`exporter --json` prints it)."""
-    exporter = Exporter(listen, log, only_netns)
+    (`exporter --json` prints it). STREAMS (a service.config.Streams or
+    alike, enabled) adds the token streams' metrics."""
+    observer = StreamsObserver(streams, log) if streams is not None else None
+    try:
+        exporter = Exporter(listen, log, only_netns,
+                            extra=[observer.metrics.collector()] if observer else ())
+    except BaseException:
+        if observer:
+            observer.close()
+        raise
     try:
         with stop_on_signals(stop) as stop:
             host, port = exporter.address[:2]
@@ -235,3 +284,5 @@ def serve(listen: str = DEFAULT_LISTEN, log=print, stop: threading.Event | None 
                 pass
     finally:
         exporter.close()
+        if observer:
+            observer.close()

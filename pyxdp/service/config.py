@@ -22,12 +22,13 @@ from pyxdp.xdp.maps import MAX_PORTS, POLICIES
 DEFAULT_PATH = "/etc/zerolayer/zerolayer.toml"
 VERSION = 1  # the schema this zerolayer reads; `version` may be left out
 
-_TOP = ("version", "interface", "tuning", "exporter", "service")
+_TOP = ("version", "interface", "tuning", "exporter", "streams", "service")
 _INTERFACE = ("name", "match", "netns", "ports", "on_malformed", "mode", "flows", "forward",
               "replace")
 _MATCH = ("name", "driver")
 _TUNING = ("profile", "interfaces", "netns", "strict", "state_dir")
 _EXPORTER = ("address", "port")
+_STREAMS = ("enabled", "stall_ms", "max_streams")
 _SERVICE = ("detach_on_stop",)
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -79,6 +80,16 @@ class Exporter:
 
 
 @dataclass(frozen=True)
+class Streams:
+    """`[streams]`: whether the exporter observes token streams too, as
+    `zerolayer exporter --streams` (docs/spec.md §11)."""
+
+    enabled: bool = False
+    stall_ms: int = 1000
+    max_streams: int = 10000
+
+
+@dataclass(frozen=True)
 class Config:
     path: str
     version: int
@@ -86,6 +97,7 @@ class Config:
     tuning: Tuning | None
     exporter: Exporter
     detach_on_stop: bool
+    streams: Streams = Streams()
 
     def namespaces(self) -> set[str | None]:
         """The namespaces the file names interfaces in (None: the host's)."""
@@ -239,6 +251,7 @@ class _Checker:
             exporter=self.exporter(data.get("exporter", {})),
             detach_on_stop=self.typed(self.table(data.get("service", {}), ("service",), _SERVICE),
                                       ("service",), "detach_on_stop", bool, False),
+            streams=self.streams(data.get("streams", {})),
         )
 
     def interface(self, raw: Any, where: tuple) -> Interface:
@@ -323,3 +336,15 @@ class _Checker:
         if not 0 <= port <= 65535:
             raise self.error(where + ("port",), f"{_show(port)} is not a TCP port (0-65535)")
         return Exporter(address, port)
+
+    def streams(self, raw: Any) -> Streams:
+        where = ("streams",)
+        data = self.table(raw, where, _STREAMS)
+        default = Streams()
+        stall_ms = self.typed(data, where, "stall_ms", int, default.stall_ms)
+        if not 1 <= stall_ms <= 3_600_000:
+            raise self.error(where + ("stall_ms",), f"{_show(stall_ms)}: use 1 to 3600000")
+        max_streams = self.typed(data, where, "max_streams", int, default.max_streams)
+        if not 1 <= max_streams <= 1_000_000:
+            raise self.error(where + ("max_streams",), f"{_show(max_streams)}: use 1 to 1000000")
+        return Streams(self.typed(data, where, "enabled", bool, default.enabled), stall_ms, max_streams)

@@ -29,6 +29,7 @@ CAPABILITIES = {
     "xdp_forwarding": "XDP forwarding",
     "relay": "TCP relay (sockmap)",
     "flows": "flow tracking",
+    "streams": "token streams (SSE)",
 }
 
 _outcomes: dict[str, dict[str, list]] = {}

@@ -218,6 +218,7 @@ TOML
 
     hostile_files
     exporter_read_only "$url"
+    streams_under_the_unit "$url"
 
     systemctl stop zerolayer.service zerolayer-exporter.service
     is_running eth0 "ports=9977,9978 on_malformed=pass" || fail "stopping zerolayer.service detached eth0"
@@ -282,6 +283,56 @@ except urllib.error.HTTPError as e:
     phase "exporter, read-only /run/zerolayer"
 }
 
+# --- token streams --------------------------------------------------------------
+MOCK_PORT=8765
+# A mock OpenAI/Anthropic server from PyPI (llm-mock-api, in the venv with the
+# test dependencies), chunks 20 ms apart; its pid on stdout.
+start_mock() {
+    (cd /tmp && exec /opt/zerolayer/venv/bin/llm-mock-api start -H 127.0.0.1 -p "$MOCK_PORT" \
+        -l 20 -c 5 -f "zerolayer in a VM, streaming." --log-level error) >/dev/null 2>&1 &
+    echo $!
+}
+listening() { $PY -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$1"; }
+# One OpenAI-style streaming request read to its end, by Python's own HTTP
+# client; prints the content events it read.
+stream_once() {
+    $PY - "$MOCK_PORT" <<'PYEOF'
+import json, sys, urllib.request
+body = {"model": "gpt-test", "stream": True, "messages": [{"role": "user", "content": "hello"}]}
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/chat/completions",
+                             data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=60) as answer:
+    print(sum(1 for line in answer if line.startswith(b"data: ") and b'"content"' in line))
+PYEOF
+}
+# The exporter at URL counted a first chunk on both sides of a stream.
+streams_seen() {
+    local text
+    text="$(scrape "$1")" || return 1
+    grep -q '^zerolayer_stream_time_to_first_chunk_seconds_count{.*side="client"' <<<"$text" &&
+        grep -q '^zerolayer_stream_time_to_first_chunk_seconds_count{.*side="server"' <<<"$text"
+}
+# A stream between two processes of the VM, seen by the exporter at URL.
+one_stream_seen() { # URL WHO
+    local mock n
+    mock="$(start_mock)"
+    wait_for 120 "the mock server listens" listening "$MOCK_PORT"
+    n="$(stream_once)" || { kill "$mock"; fail "the streaming request failed"; }
+    wait_for 30 "$2 saw both sides of a stream of $n chunks" streams_seen "$1"
+    kill "$mock" 2>/dev/null; wait "$mock" 2>/dev/null
+    scrape "$1" | grep -E '^zerolayer_(streams_total|stream_time_to_first_chunk_seconds_count)' | sed 's/^/    /'
+}
+
+# [streams] enabled = true: the exporter unit, confined as shipped, loads the
+# probes and serves the histograms.
+streams_under_the_unit() { # URL
+    printf '\n[streams]\nenabled = true\n' >>"$CONF"
+    systemctl restart zerolayer-exporter.service
+    wait_for 300 "the exporter with [streams] answers" scrape "$1"
+    one_stream_seen "$1" "zerolayer-exporter.service"
+    phase "token streams under the exporter unit"
+}
+
 # --- podman kube play -------------------------------------------------------------
 kube() {
     local url=http://127.0.0.1:9435/metrics vol
@@ -297,6 +348,8 @@ kube() {
     podman healthcheck run zerolayer-pod-exporter || fail "the exporter's healthcheck (its liveness probe) fails"
     ok "the exporter's liveness probe passes as a podman healthcheck"
     phase "kube play"
+    one_stream_seen "$url" "the pod's exporter ([streams] in the ConfigMap, hostPID)"
+    phase "token streams in the pod"
 
     # What the kubelet does when a ConfigMap changes: the mounted file is
     # rewritten in place; podman keeps the data in a volume of that name.

@@ -1,0 +1,762 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* zerolayer streams: the bytes of HTTP/1.1 connections that carry token
+ * streams, with kernel timestamps, for userspace to parse (docs/spec.md
+ * section 11).
+ *
+ * Plaintext comes from the syscall tracepoints (read, write, recvfrom,
+ * sendto, readv, writev, recvmsg, sendmsg); TLS from uprobes on OpenSSL's
+ * SSL_read, SSL_write and their _ex forms, which see the bytes before
+ * encryption and after decryption. A syscall made inside an SSL call is the
+ * ciphertext of that SSL connection: it is not copied, it only tells which
+ * socket the SSL connection uses (for its addresses, and its close).
+ *
+ * Every read and write on the host passes here, so the common case is cheap:
+ * a connection is tracked only once its first bytes look like HTTP/1.x (a
+ * request or a response) or like an event stream, and only a tracked
+ * connection's bytes are copied, in at most ZL_ST_PIECES pieces of
+ * ZL_ST_PIECE bytes per call. Each piece carries its offset in the byte
+ * stream, so userspace knows what it missed (a longer call, a full ring). */
+// clang-format off: bcc makes these tokens the license string the kernel gets
+#define BPF_LICENSE Dual BSD/GPL
+// clang-format on
+#include <uapi/linux/bpf.h>
+#include <uapi/linux/ptrace.h>
+#include <uapi/linux/stat.h>
+#include <uapi/linux/uio.h>
+
+#include "streams.h"
+#include "zl_verifier.h"
+
+/* From the loader (pyxdp.streams.probes): the pieces per call, iovecs read
+ * per vectored call, map and ring sizes, whether only the pids in
+ * zl_st_pids are watched, and the observer's own pid (never watched). */
+#if !defined(ZL_ST_PIECES) || !defined(ZL_ST_IOVS) || !defined(ZL_ST_MAX_CONNS) || \
+	!defined(ZL_ST_RING_PAGES) || !defined(ZL_ST_FILTER_PIDS) || !defined(ZL_ST_SELF)
+#error "the streams program's sizes are defined by the loader (docs/spec.md section 7.2)"
+#endif
+
+/* Also from the loader: where the fields read below are in this kernel's
+ * structs, from its BTF (pyxdp.streams.btf). The headers bcc compiles
+ * against may be another build's, so no kernel struct is taken from them. */
+#if !defined(ZL_ST_OFF_TASK_FILES) || !defined(ZL_ST_OFF_TASK_GROUP_LEADER) || \
+	!defined(ZL_ST_OFF_TASK_COMM) || !defined(ZL_ST_OFF_TASK_SIGNAL) || \
+	!defined(ZL_ST_OFF_SIGNAL_LIVE) || !defined(ZL_ST_OFF_FILES_FDT) || \
+	!defined(ZL_ST_OFF_FDT_MAX_FDS) || !defined(ZL_ST_OFF_FDT_FD) || \
+	!defined(ZL_ST_OFF_FILE_INODE) || !defined(ZL_ST_OFF_FILE_PRIVATE) || \
+	!defined(ZL_ST_OFF_INODE_MODE) || !defined(ZL_ST_OFF_SOCKET_TYPE) || \
+	!defined(ZL_ST_OFF_SOCKET_SK) || !defined(ZL_ST_OFF_SK_FAMILY) || \
+	!defined(ZL_ST_OFF_SK_NUM) || !defined(ZL_ST_OFF_SK_DPORT) || \
+	!defined(ZL_ST_OFF_SK_RCV_SADDR) || !defined(ZL_ST_OFF_SK_DADDR) || \
+	!defined(ZL_ST_OFF_SK_V6_RCV_SADDR) || !defined(ZL_ST_OFF_SK_V6_DADDR)
+#error "the kernel's field offsets are defined by the loader (docs/spec.md section 7.2)"
+#endif
+
+/* The kernel's values (stable ABI) */
+#define ZL_ST_AF_INET 2
+#define ZL_ST_AF_INET6 10
+#define ZL_ST_SOCK_STREAM 1
+
+/* struct user_msghdr, as sendmsg(2) and recvmsg(2) take it */
+struct zl_st_msghdr {
+	void *name;
+	int namelen;
+	struct iovec *iov;
+	__u64 iovlen;
+};
+
+/* What the first bytes of a connection must look like to be tracked. */
+#define ZL_ST_PEEK 16
+#define ZL_ST_NO 0
+#define ZL_ST_YES 1
+#define ZL_ST_HTTP2 2 /* tracked for its preface only: counted, not followed */
+
+struct zl_st_key {
+	__u32 tgid;
+	__u32 tls;
+	__u64 id; /* fd, or SSL pointer */
+};
+
+struct zl_st_conn {
+	__u64 seq[2]; /* bytes seen so far, read (0) and written (1) */
+	__u8 skip;    /* HTTP/2: nothing more is copied */
+	__u8 pad[7];
+};
+
+/* A syscall between its entry and its exit. */
+struct zl_st_call {
+	__u64 buf; /* the buffer, or the iovec array when vec */
+	__u32 fd;
+	__u16 vlen;
+	__u8 vec;
+	__u8 out;
+};
+
+/* An SSL call between its entry and its return. */
+struct zl_st_ssl_call {
+	__u64 ssl;
+	__u64 buf;
+	__u64 lenp; /* _ex: where the length goes */
+	__u8 out;
+	__u8 ex;
+	__u8 pad[6];
+};
+
+struct zl_st_link {
+	__u32 tgid;
+	__u32 pad;
+	__u64 id;
+};
+
+BPF_RINGBUF_OUTPUT(zl_st_events, ZL_ST_RING_PAGES);
+BPF_TABLE("lru_hash", struct zl_st_key, struct zl_st_conn, zl_st_conns, ZL_ST_MAX_CONNS);
+BPF_TABLE("lru_hash", __u64, struct zl_st_call, zl_st_calls, 16384);
+BPF_TABLE("lru_hash", __u64, struct zl_st_ssl_call, zl_st_ssl_calls, 16384);
+/* (tgid, SSL pointer) -> fd, and (tgid, fd) -> SSL pointer */
+BPF_TABLE("lru_hash", struct zl_st_link, __u64, zl_st_ssl_fds, ZL_ST_MAX_CONNS);
+BPF_TABLE("lru_hash", struct zl_st_link, __u64, zl_st_fd_ssls, ZL_ST_MAX_CONNS);
+/* Threads whose SSL connections do their I/O through memory BIOs (Python's
+ * asyncio: uvicorn serving TLS, async SDK clients), so no system call is
+ * made inside an SSL call: the socket read last, whose ciphertext the next
+ * SSL_read decrypts, and the SSL connection written last, whose ciphertext
+ * the next socket write sends. */
+struct zl_st_bio_thread {
+	__u64 pending_ssl; /* SSL pointer written to, its socket not known yet */
+	__s64 last_fd;    /* the TCP socket read last, -1 none */
+};
+
+BPF_TABLE("lru_hash", __u64, struct zl_st_bio_thread, zl_st_bio_threads, 16384);
+/* processes with a tracked connection: their exit is reported */
+BPF_TABLE("lru_hash", __u32, __u8, zl_st_procs, ZL_ST_MAX_CONNS);
+BPF_HASH(zl_st_pids, __u32, __u8, 1024);
+/* An event is built here, then only its used part goes into the ring: a
+ * chunk of a few hundred bytes takes a few hundred bytes of ring, not
+ * ZL_ST_PIECE (bpf_ringbuf_reserve takes only a constant size). */
+BPF_PERCPU_ARRAY(zl_st_scratch, struct zl_st_event, 1);
+
+#define ZL_ST_HEADER (sizeof(struct zl_st_event) - ZL_ST_PIECE)
+
+static __always_inline struct zl_st_event *zl_st_new(__u8 kind, __u32 tgid, __u64 id, __u8 tls,
+						     __u64 ts)
+{
+	__u32 zero = 0;
+	struct zl_st_event *ev = zl_st_scratch.lookup(&zero);
+
+	if (!ev)
+		return NULL;
+	ev->ts = ts;
+	ev->id = id;
+	ev->off = 0;
+	ev->tgid = tgid;
+	ev->len = 0;
+	ev->fd = -1;
+	ev->kind = kind;
+	ev->out = 0;
+	ev->tls = tls;
+	ev->family = 0;
+	ev->lport = 0;
+	ev->rport = 0;
+	return ev;
+}
+
+/* EV's header and its first LEN bytes of data into the ring, without waking
+ * the reader: it reads on its own clock (the times are the kernel's), so a
+ * busy stream costs no wake-up per event. A full ring drops the event;
+ * the offsets tell userspace. */
+static __always_inline void zl_st_send(struct zl_st_event *ev, __u64 len)
+{
+	zl_opaque(len);
+	if (len > ZL_ST_PIECE)
+		len = ZL_ST_PIECE;
+	zl_st_events.ringbuf_output(ev, ZL_ST_HEADER + len, BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline int zl_st_watched(__u32 tgid)
+{
+	if (tgid == ZL_ST_SELF)
+		return 0;
+#if ZL_ST_FILTER_PIDS
+	if (!zl_st_pids.lookup(&tgid))
+		return 0;
+#endif
+	return 1;
+}
+
+/* The pointer at byte OFF of the kernel object at BASE (NULL if unreadable). */
+static __always_inline void *zl_st_ptr(const void *base, __u32 off)
+{
+	void *p = NULL;
+
+	if (base)
+		bpf_probe_read_kernel(&p, sizeof(p), (const char *)base + off);
+	return p;
+}
+
+/* The process's socket at FD (its struct sock) when it is a TCP one
+ * (stream, IPv4 or IPv6). */
+static __always_inline void *zl_st_tcp_sock(__u32 fd)
+{
+	void *task = (void *)bpf_get_current_task();
+	void *fdt = zl_st_ptr(zl_st_ptr(task, ZL_ST_OFF_TASK_FILES), ZL_ST_OFF_FILES_FDT);
+	void *file, *sock, *sk;
+	unsigned int max_fds = 0;
+	__u16 mode = 0, family = 0;
+	short type = 0;
+
+	if (!fdt)
+		return NULL;
+	bpf_probe_read_kernel(&max_fds, sizeof(max_fds), (char *)fdt + ZL_ST_OFF_FDT_MAX_FDS);
+	if (fd >= max_fds)
+		return NULL;
+	file = zl_st_ptr(zl_st_ptr(fdt, ZL_ST_OFF_FDT_FD), fd * sizeof(void *));
+	if (!file)
+		return NULL;
+	bpf_probe_read_kernel(&mode, sizeof(mode),
+			      (char *)zl_st_ptr(file, ZL_ST_OFF_FILE_INODE) + ZL_ST_OFF_INODE_MODE);
+	if (!S_ISSOCK(mode))
+		return NULL;
+	sock = zl_st_ptr(file, ZL_ST_OFF_FILE_PRIVATE);
+	if (!sock)
+		return NULL;
+	bpf_probe_read_kernel(&type, sizeof(type), (char *)sock + ZL_ST_OFF_SOCKET_TYPE);
+	if (type != ZL_ST_SOCK_STREAM)
+		return NULL;
+	sk = zl_st_ptr(sock, ZL_ST_OFF_SOCKET_SK);
+	if (!sk)
+		return NULL;
+	bpf_probe_read_kernel(&family, sizeof(family), (char *)sk + ZL_ST_OFF_SK_FAMILY);
+	if (family != ZL_ST_AF_INET && family != ZL_ST_AF_INET6)
+		return NULL;
+	return sk;
+}
+
+static __always_inline int zl_st_is_hex(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* An event stream's window: "data:", "event:", "id:" or a ":" comment. */
+static __always_inline int zl_st_sse_at(const char *p)
+{
+	return (p[0] == 'd' && p[1] == 'a' && p[2] == 't' && p[3] == 'a' && p[4] == ':') ||
+	       (p[0] == 'e' && p[1] == 'v' && p[2] == 'e' && p[3] == 'n' && p[4] == 't') ||
+	       (p[0] == 'i' && p[1] == 'd' && p[2] == ':') || (p[0] == ':' && p[1] == ' ');
+}
+
+/* Whether the first bytes of a connection's data at BUF (LEN bytes) are worth
+ * tracking: an HTTP/1.x request or response, an event stream (mid-stream,
+ * for connections older than the observer), possibly inside a chunk of
+ * chunked transfer encoding; or HTTP/2's preface, counted only. */
+static __always_inline int zl_st_recognise(const void *buf, __u64 len)
+{
+	char p[ZL_ST_PEEK + 8] = {};
+	__u64 n = len < ZL_ST_PEEK ? len : ZL_ST_PEEK;
+
+	zl_opaque(n); /* the bound below stays, for verifiers that lose clang's */
+	if (n > ZL_ST_PEEK)
+		n = ZL_ST_PEEK;
+	if (len < 4 || bpf_probe_read_user(p, n, buf))
+		return ZL_ST_NO;
+	if (p[0] == 'H' && p[1] == 'T' && p[2] == 'T' && p[3] == 'P' && p[4] == '/' && p[5] == '1')
+		return ZL_ST_YES;
+	if ((p[0] == 'G' && p[1] == 'E' && p[2] == 'T' && p[3] == ' ') ||
+	    (p[0] == 'P' && p[1] == 'O' && p[2] == 'S' && p[3] == 'T' && p[4] == ' ') ||
+	    (p[0] == 'P' && p[1] == 'U' && p[2] == 'T' && p[3] == ' ') ||
+	    (p[0] == 'P' && p[1] == 'A' && p[2] == 'T' && p[3] == 'C' && p[4] == 'H') ||
+	    (p[0] == 'D' && p[1] == 'E' && p[2] == 'L' && p[3] == 'E' && p[4] == 'T') ||
+	    (p[0] == 'H' && p[1] == 'E' && p[2] == 'A' && p[3] == 'D' && p[4] == ' ') ||
+	    (p[0] == 'O' && p[1] == 'P' && p[2] == 'T' && p[3] == 'I' && p[4] == 'O'))
+		return ZL_ST_YES;
+	if (p[0] == 'P' && p[1] == 'R' && p[2] == 'I' && p[3] == ' ' && p[4] == '*')
+		return ZL_ST_HTTP2;
+	if (zl_st_sse_at(p))
+		return ZL_ST_YES;
+	/* a chunk-size line: up to 6 hex digits, CRLF, then the event (read
+	 * again from there: a variable offset into the stack is refused) */
+#pragma unroll
+	for (__u64 i = 1; i <= 6; i++) {
+		if (!zl_st_is_hex(p[i - 1]))
+			return ZL_ST_NO;
+		if (p[i] == '\r' && p[i + 1] == '\n') {
+			if (len < i + 2 + 6 || bpf_probe_read_user(p, 6, buf + i + 2))
+				return ZL_ST_NO;
+			return zl_st_sse_at(p) ? ZL_ST_YES : ZL_ST_NO;
+		}
+	}
+	return ZL_ST_NO;
+}
+
+/* Copies LEN bytes at BUF, from offset OFF of the direction's stream, in at
+ * most ZL_ST_PIECES events; what does not fit is missed (userspace sees the
+ * gap in the offsets). */
+static __always_inline void zl_st_copy(struct zl_st_key *key, __u8 out, __u64 ts, const char *buf,
+				       __u64 len, __u64 off)
+{
+#pragma unroll
+	for (int i = 0; i < ZL_ST_PIECES; i++) {
+		__u64 pos = (__u64)i * ZL_ST_PIECE;
+		__u64 n;
+		struct zl_st_event *ev;
+
+		if (pos >= len)
+			return;
+		n = len - pos;
+		if (n > ZL_ST_PIECE)
+			n = ZL_ST_PIECE;
+		ev = zl_st_new(ZL_ST_DATA, key->tgid, key->id, key->tls, ts);
+		if (!ev)
+			return;
+		ev->off = off + pos;
+		ev->out = out;
+		zl_opaque(n);
+		if (n > ZL_ST_PIECE)
+			n = ZL_ST_PIECE;
+		if (bpf_probe_read_user(ev->data, n, buf + pos))
+			n = 0; /* userspace sees the gap */
+		ev->len = n;
+		zl_st_send(ev, n);
+	}
+}
+
+/* Tells userspace of a newly tracked connection: the process and, when the
+ * socket (at FD) is known, its addresses. */
+static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u64 ts, __u8 kind)
+{
+	void *task = (void *)bpf_get_current_task();
+	void *leader = zl_st_ptr(task, ZL_ST_OFF_TASK_GROUP_LEADER);
+	struct zl_st_event *ev;
+	void *sk = NULL;
+	__u8 yes = 1;
+
+	zl_st_procs.update(&key->tgid, &yes);
+	ev = zl_st_new(kind, key->tgid, key->id, key->tls, ts);
+	if (!ev)
+		return;
+	ev->fd = fd;
+	if (!leader || bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm),
+						 (char *)leader + ZL_ST_OFF_TASK_COMM) < 0)
+		ev->comm[0] = 0;
+	if (fd >= 0)
+		sk = zl_st_tcp_sock(fd);
+	if (sk) {
+		__u16 dport = 0;
+
+		bpf_probe_read_kernel(&ev->family, sizeof(ev->family),
+				      (char *)sk + ZL_ST_OFF_SK_FAMILY);
+		bpf_probe_read_kernel(&ev->lport, sizeof(ev->lport), (char *)sk + ZL_ST_OFF_SK_NUM);
+		bpf_probe_read_kernel(&dport, sizeof(dport), (char *)sk + ZL_ST_OFF_SK_DPORT);
+		ev->rport = (dport >> 8) | (dport << 8);
+		if (ev->family == ZL_ST_AF_INET) {
+			bpf_probe_read_kernel(ev->laddr, 4, (char *)sk + ZL_ST_OFF_SK_RCV_SADDR);
+			bpf_probe_read_kernel(ev->raddr, 4, (char *)sk + ZL_ST_OFF_SK_DADDR);
+		} else {
+			bpf_probe_read_kernel(ev->laddr, 16,
+					      (char *)sk + ZL_ST_OFF_SK_V6_RCV_SADDR);
+			bpf_probe_read_kernel(ev->raddr, 16, (char *)sk + ZL_ST_OFF_SK_V6_DADDR);
+		}
+	}
+	zl_st_send(ev, 0);
+}
+
+/* A call's bytes on connection KEY, the first FIRST of them at BUF: tracks
+ * the connection when they look worth it, and returns its state to copy
+ * them into, or NULL. */
+static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s32 fd,
+						      const void *buf, __u64 first, __u64 ts)
+{
+	struct zl_st_conn *conn = zl_st_conns.lookup(key);
+	struct zl_st_conn fresh = {};
+	int verdict;
+
+	if (conn)
+		return conn->skip ? NULL : conn;
+	verdict = zl_st_recognise(buf, first);
+	if (verdict == ZL_ST_NO)
+		return NULL;
+	zl_st_announce(key, fd, ts, ZL_ST_CONN);
+	if (verdict == ZL_ST_HTTP2) {
+		fresh.skip = 1; /* this first call is still copied, for userspace to count */
+		zl_st_conns.update(key, &fresh);
+		return zl_st_conns.lookup(key);
+	}
+	zl_st_conns.update(key, &fresh);
+	return zl_st_conns.lookup(key);
+}
+
+/* LEN bytes moved in one buffer at BUF on connection KEY. */
+static __always_inline void zl_st_data(struct zl_st_key *key, __s32 fd, __u8 out, const void *buf,
+				       __u64 len)
+{
+	__u64 ts = bpf_ktime_get_ns();
+	struct zl_st_conn *conn = zl_st_track(key, fd, buf, len, ts);
+	__u64 off;
+
+	if (!conn)
+		return;
+	off = conn->seq[out & 1];
+	conn->seq[out & 1] = off + len;
+	zl_st_copy(key, out, ts, buf, len, off);
+}
+
+/* LEN bytes moved through the iovec array VEC (VLEN entries). */
+static __always_inline void zl_st_vec_data(struct zl_st_key *key, __s32 fd, __u8 out,
+					   const struct iovec *vec, __u64 vlen, __u64 len)
+{
+	__u64 ts = bpf_ktime_get_ns();
+	struct zl_st_conn *conn;
+	struct iovec iov = {};
+	__u64 off, done = 0;
+
+	if (!vlen || bpf_probe_read_user(&iov, sizeof(iov), vec))
+		return;
+	conn = zl_st_track(key, fd, iov.iov_base, iov.iov_len < len ? iov.iov_len : len, ts);
+	if (!conn)
+		return;
+	off = conn->seq[out & 1];
+	conn->seq[out & 1] = off + len;
+#pragma unroll
+	for (int i = 0; i < ZL_ST_IOVS; i++) {
+		__u64 n;
+
+		if (i >= vlen || done >= len)
+			return;
+		if (i > 0 && bpf_probe_read_user(&iov, sizeof(iov), vec + i))
+			return;
+		n = iov.iov_len < len - done ? iov.iov_len : len - done;
+		zl_st_copy(key, out, ts, iov.iov_base, n, off + done);
+		done += n;
+	}
+}
+
+/* SSL connection SSL of process TGID uses socket FD: remembered for its
+ * close, and told to userspace (the addresses) when it is tracked already. */
+static __always_inline void zl_st_link(__u32 tgid, __u64 ssl, __u32 fd)
+{
+	struct zl_st_link by_ssl = {.tgid = tgid, .id = ssl};
+	struct zl_st_link by_fd = {.tgid = tgid, .id = fd};
+	struct zl_st_key key = {.tgid = tgid, .tls = 1, .id = ssl};
+	__u64 *known = zl_st_ssl_fds.lookup(&by_ssl);
+	__u64 fd64 = fd;
+
+	if (known && *known == fd64)
+		return;
+	zl_st_ssl_fds.update(&by_ssl, &fd64);
+	zl_st_fd_ssls.update(&by_fd, &ssl);
+	if (zl_st_conns.lookup(&key))
+		zl_st_announce(&key, fd, bpf_ktime_get_ns(), ZL_ST_LINK);
+}
+
+/* --- plaintext: syscalls ------------------------------------------------------ */
+
+/* A syscall moving data on FD starts: COUNT bytes at BUF, or VLEN iovecs
+ * there when VEC. Inside an SSL call it is that SSL connection's
+ * ciphertext: it links the two and is not followed. */
+static __always_inline void zl_st_enter(__u32 fd, const void *buf, __u64 count, __u64 vlen,
+					__u8 vec, __u8 out)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	struct zl_st_ssl_call *ssl;
+	struct zl_st_bio_thread *bio;
+	struct zl_st_key key = {.tgid = tgid, .tls = 0, .id = fd};
+	struct zl_st_call call = {};
+
+	if (!zl_st_watched(tgid))
+		return;
+	ssl = zl_st_ssl_calls.lookup(&id);
+	if (ssl) {
+		zl_st_link(tgid, ssl->ssl, fd);
+		return;
+	}
+	bio = zl_st_bio_threads.lookup(&id);
+	if (bio && (out ? bio->pending_ssl != 0 : 1) && zl_st_tcp_sock(fd)) {
+		if (out) {
+			zl_st_link(tgid, bio->pending_ssl, fd);
+			bio->pending_ssl = 0;
+		} else {
+			bio->last_fd = fd;
+		}
+	}
+	/* Not tracked: a write whose first bytes do not qualify costs no more
+	 * (the cheapest test first); otherwise it must be a TCP socket. */
+	if (!zl_st_conns.lookup(&key) &&
+	    ((out && !vec && zl_st_recognise(buf, count) == ZL_ST_NO) || !zl_st_tcp_sock(fd)))
+		return;
+	call.buf = (__u64)buf;
+	call.fd = fd;
+	call.vlen = vlen > 0xffff ? 0xffff : vlen;
+	call.vec = vec;
+	call.out = out;
+	zl_st_calls.update(&id, &call);
+}
+
+static __always_inline void zl_st_exit(long ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct zl_st_call *found = zl_st_calls.lookup(&id);
+	struct zl_st_call call;
+	struct zl_st_key key = {};
+
+	if (!found)
+		return;
+	call = *found;
+	zl_st_calls.delete(&id);
+	if (ret <= 0)
+		return;
+	key.tgid = id >> 32;
+	key.id = call.fd;
+	if (call.vec)
+		zl_st_vec_data(&key, call.fd, call.out, (const struct iovec *)call.buf, call.vlen,
+			       ret);
+	else
+		zl_st_data(&key, call.fd, call.out, (const void *)call.buf, ret);
+}
+
+/* The iovec array of a msghdr in user memory. */
+static __always_inline void zl_st_enter_msg(__u32 fd, const void *msg, __u8 out)
+{
+	struct zl_st_msghdr m = {};
+
+	if (bpf_probe_read_user(&m, sizeof(m), msg))
+		return;
+	zl_st_enter(fd, m.iov, 0, m.iovlen, 1, out);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_read)
+{
+	zl_st_enter(args->fd, args->buf, args->count, 0, 0, 0);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_read)
+{
+	zl_st_exit(args->ret);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_write)
+{
+	zl_st_enter(args->fd, args->buf, args->count, 0, 0, 1);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_write)
+{
+	zl_st_exit(args->ret);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom)
+{
+	zl_st_enter(args->fd, args->ubuf, args->size, 0, 0, 0);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom)
+{
+	zl_st_exit(args->ret);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_sendto)
+{
+	zl_st_enter(args->fd, args->buff, args->len, 0, 0, 1);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_sendto)
+{
+	zl_st_exit(args->ret);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_readv)
+{
+	zl_st_enter(args->fd, args->vec, 0, args->vlen, 1, 0);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_readv)
+{
+	zl_st_exit(args->ret);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_writev)
+{
+	zl_st_enter(args->fd, args->vec, 0, args->vlen, 1, 1);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_writev)
+{
+	zl_st_exit(args->ret);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg)
+{
+	zl_st_enter_msg(args->fd, args->msg, 0);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg)
+{
+	zl_st_exit(args->ret);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
+{
+	zl_st_enter_msg(args->fd, args->msg, 1);
+	return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg)
+{
+	zl_st_exit(args->ret);
+	return 0;
+}
+
+/* The end of a connection: a plaintext one, or the SSL one over the socket. */
+static __always_inline void zl_st_end(struct zl_st_key *key)
+{
+	struct zl_st_event *ev;
+
+	zl_st_conns.delete(key);
+	ev = zl_st_new(ZL_ST_CLOSE, key->tgid, key->id, key->tls, bpf_ktime_get_ns());
+	if (ev)
+		zl_st_send(ev, 0);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_close)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct zl_st_key key = {.tgid = tgid, .tls = 0, .id = args->fd};
+	struct zl_st_link by_fd = {.tgid = tgid, .id = args->fd};
+	__u64 *ssl;
+
+	if (!zl_st_watched(tgid))
+		return 0;
+	ssl = zl_st_fd_ssls.lookup(&by_fd);
+	if (ssl) {
+		struct zl_st_link by_ssl = {.tgid = tgid, .id = *ssl};
+		struct zl_st_key tls_key = {.tgid = tgid, .tls = 1, .id = *ssl};
+
+		zl_st_fd_ssls.delete(&by_fd);
+		zl_st_ssl_fds.delete(&by_ssl);
+		if (zl_st_conns.lookup(&tls_key))
+			zl_st_end(&tls_key);
+	}
+	if (zl_st_conns.lookup(&key))
+		zl_st_end(&key);
+	return 0;
+}
+
+/* The process's last thread ends: its connections with it. */
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+	void *signal = zl_st_ptr((void *)bpf_get_current_task(), ZL_ST_OFF_TASK_SIGNAL);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct zl_st_event *ev;
+	int live = 1;
+
+	if (!zl_st_procs.lookup(&tgid))
+		return 0;
+	if (signal)
+		bpf_probe_read_kernel(&live, sizeof(live), (char *)signal + ZL_ST_OFF_SIGNAL_LIVE);
+	if (live > 0)
+		return 0;
+	zl_st_procs.delete(&tgid);
+	ev = zl_st_new(ZL_ST_EXIT, tgid, 0, 0, bpf_ktime_get_ns());
+	if (ev)
+		zl_st_send(ev, 0);
+	return 0;
+}
+
+/* --- TLS: uprobes on OpenSSL ---------------------------------------------------- */
+
+static __always_inline int zl_st_ssl_enter(struct pt_regs *ctx, __u8 out, __u8 ex)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct zl_st_ssl_call call = {};
+
+	if (!zl_st_watched(id >> 32))
+		return 0;
+	call.ssl = PT_REGS_PARM1(ctx);
+	call.buf = PT_REGS_PARM2(ctx);
+	call.lenp = ex ? PT_REGS_PARM4(ctx) : 0;
+	call.out = out;
+	call.ex = ex;
+	zl_st_ssl_calls.update(&id, &call);
+	return 0;
+}
+
+int zl_st_ssl_read(struct pt_regs *ctx)
+{
+	return zl_st_ssl_enter(ctx, 0, 0);
+}
+
+int zl_st_ssl_write(struct pt_regs *ctx)
+{
+	return zl_st_ssl_enter(ctx, 1, 0);
+}
+
+int zl_st_ssl_read_ex(struct pt_regs *ctx)
+{
+	return zl_st_ssl_enter(ctx, 0, 1);
+}
+
+int zl_st_ssl_write_ex(struct pt_regs *ctx)
+{
+	return zl_st_ssl_enter(ctx, 1, 1);
+}
+
+/* Any of the four returns: SSL_read and SSL_write return the length, the _ex
+ * forms 1 and the length through their fourth argument. */
+int zl_st_ssl_return(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct zl_st_ssl_call *found = zl_st_ssl_calls.lookup(&id);
+	struct zl_st_ssl_call call;
+	struct zl_st_key key = {};
+	struct zl_st_link by_ssl = {};
+	long ret = PT_REGS_RC(ctx);
+	__u64 len = 0, *fd;
+
+	if (!found)
+		return 0;
+	call = *found;
+	zl_st_ssl_calls.delete(&id);
+	if (call.ex) {
+		if ((int)ret != 1 || bpf_probe_read_user(&len, sizeof(len), (void *)call.lenp))
+			return 0;
+	} else {
+		if ((int)ret <= 0)
+			return 0;
+		len = (int)ret;
+	}
+	key.tgid = id >> 32;
+	key.tls = 1;
+	key.id = call.ssl;
+	by_ssl.tgid = key.tgid;
+	by_ssl.id = call.ssl;
+	fd = zl_st_ssl_fds.lookup(&by_ssl);
+	if (!fd) {
+		/* no system call inside: a memory BIO (see zl_st_bio_threads) */
+		struct zl_st_bio_thread *bio = zl_st_bio_threads.lookup(&id);
+		struct zl_st_bio_thread fresh = {.pending_ssl = 0, .last_fd = -1};
+
+		if (!bio) {
+			zl_st_bio_threads.update(&id, &fresh);
+			bio = zl_st_bio_threads.lookup(&id);
+		}
+		if (bio && call.out) {
+			bio->pending_ssl = call.ssl;
+		} else if (bio && bio->last_fd >= 0) {
+			zl_st_link(key.tgid, call.ssl, bio->last_fd);
+			fd = zl_st_ssl_fds.lookup(&by_ssl);
+		}
+	}
+	zl_st_data(&key, fd ? (__s32)*fd : -1, call.out, (const void *)call.buf, len);
+	return 0;
+}

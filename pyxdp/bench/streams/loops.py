@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a process that streams nothing pays while `zerolayer streams`
+watches, and what one uprobe hit costs on this machine.
+
+A loop process, spawned once, runs on command one of two loops on a TCP
+connection to itself over 127.0.0.1, 64 bytes that are no HTTP a turn:
+- "write": send() on one end, recv() on the other (the system calls the
+  observer's tracepoints see);
+- "ssl": the same through Python's ssl (OpenSSL 3: SSL_write_ex, then
+  SSL_read_ex, the functions the observer's uprobes are on).
+It answers with its CPU time per turn (the thread's: a uprobe's trap and
+program run on the probed thread's time), not the wall time, which the
+other processes on a 2-vCPU machine would stretch.
+
+BareProbes puts a program that only counts (uprobe_hit.c) on entry and
+return of SSL_write_ex and SSL_read_ex in the loop process alone: the "ssl"
+loop with it, less the loop without it, over the calls it counted, is what
+one probed call (its entry and return hits) costs here.
+"""
+
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+
+from pyxdp.errors import ZerolayerError
+
+PAYLOAD = b"x" * 64
+PROBED = ("SSL_write_ex", "SSL_read_ex")
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname())
+        b, _ = listener.accept()
+    return a, b
+
+
+def _tls_pair(cert: str, key: str) -> tuple[ssl.SSLSocket, ssl.SSLSocket]:
+    a, b = _tcp_pair()
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE  # the run's own self-signed certificate
+    wrapped: dict[str, ssl.SSLSocket] = {}
+
+    def accept() -> None:
+        wrapped["server"] = server_ctx.wrap_socket(b, server_side=True)
+
+    t = threading.Thread(target=accept)
+    t.start()
+    client = client_ctx.wrap_socket(a)
+    t.join()
+    return client, wrapped["server"]
+
+
+def _turns(sender, receiver, turns: int) -> float:
+    """Thread CPU ns per send + recv turn."""
+    send, recv = sender.send, receiver.recv
+    start = time.thread_time_ns()
+    for _ in range(turns):
+        send(PAYLOAD)
+        recv(4096)
+    return (time.thread_time_ns() - start) / turns
+
+
+def loop_main(conn, cert: str, key: str) -> None:
+    """The loop process: sends ready, then answers {"kind", "turns"} with CPU
+    ns per turn; None ends it."""
+    pairs = {"write": _tcp_pair(), "ssl": _tls_pair(cert, key)}
+    conn.send(True)
+    while (job := conn.recv()) is not None:
+        conn.send(_turns(*pairs[job["kind"]], job["turns"]))
+    for pair in pairs.values():
+        for s in pair:
+            s.close()
+
+
+def libssl_of(pid: int) -> str:
+    """The libssl file process PID maps (as it sees it)."""
+    from pyxdp.streams import libraries
+
+    found = libraries.scan([pid])
+    if not found:
+        raise ZerolayerError(f"process {pid} maps no libssl: Python's ssl is not OpenSSL 3 here")
+    return found[0].path
+
+
+class BareProbes:
+    """uprobe_hit.c on entry and return of PROBED in libssl, for process PID
+    alone; hits() counts every run (two a call)."""
+
+    def __init__(self, pid: int):
+        from pyxdp.streams.probes import BPF_PROG_TYPE_KPROBE
+        from pyxdp.xdp import compiler
+
+        self._loaded = compiler.load("uprobe_hit.c", "zl_bench_hit",
+                                     directory=Path(__file__).parent,
+                                     prog_type=BPF_PROG_TYPE_KPROBE)
+        try:
+            bpf = self._loaded.bpf
+            path = libssl_of(pid).encode()
+            for sym in PROBED:
+                bpf.attach_uprobe(name=path, sym=sym.encode(), fn_name=b"zl_bench_hit", pid=pid)
+                bpf.attach_uretprobe(name=path, sym=sym.encode(), fn_name=b"zl_bench_hit",
+                                     pid=pid)
+        except BaseException:
+            self._loaded.close()
+            raise
+
+    def hits(self) -> int:
+        table = self._loaded.bpf[b"zl_hits"]
+        return int(table[table.Key(0)].value)
+
+    def close(self) -> None:
+        self._loaded.close()  # bcc detaches every probe it placed

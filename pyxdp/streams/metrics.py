@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Prometheus metrics of the token streams (docs/spec.md §11.5), fed by the
+tracker as chunks come (a gap is observed when its chunk is read or
+written, not when the stream ends) and when streams end.
+
+The histograms are named after OpenTelemetry's GenAI chunk metrics:
+zerolayer_stream_time_to_first_chunk_seconds and
+zerolayer_stream_time_per_output_chunk_seconds (the gaps), labelled side,
+api, tls and model. model is bounded: the first MAX_MODELS names seen keep
+their own series, any later one is "other"; a stream that names none is
+"unknown".
+"""
+
+import threading
+from bisect import bisect_left
+
+MAX_MODELS = 50
+# OpenTelemetry's advice for time_to_first_token, with finer steps below 10 ms.
+TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                1.0, 2.5, 5.0, 7.5, 10.0)
+# Gaps between chunks: OpenTelemetry's time_per_output_token buckets, with the
+# sub-10 ms range a kernel sees (chunks sharing a read are 0 apart).
+GAP_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+               0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+LABELS = ("side", "api", "tls", "model")
+STATUSES = ("done", "cancelled", "error")
+
+
+class _Series:
+    """One label set's histograms and counters. Written by the tracker's
+    thread only; a scrape reads them as they are (each field is read whole)."""
+
+    __slots__ = ("ttft", "ttft_sum", "gaps", "gaps_sum", "chunks", "stalls", "tokens")
+
+    def __init__(self) -> None:
+        self.ttft = [0] * (len(TTFT_BUCKETS) + 1)  # the last: above every bound (+Inf only)
+        self.ttft_sum = 0.0
+        self.gaps = [0] * (len(GAP_BUCKETS) + 1)
+        self.gaps_sum = 0.0
+        self.chunks = self.stalls = self.tokens = 0
+
+
+class StreamMetrics:
+    """Observations from StreamTracker (its metrics= argument); render() or
+    collector() for the exporter. The tracker's thread feeds, a scrape
+    reads: the lock guards only the tables' keys (a new label set, a scrape's
+    copy), so a chunk costs no lock."""
+
+    def __init__(self, max_models: int = MAX_MODELS, counters=None) -> None:
+        self._lock = threading.Lock()
+        self._max_models = max_models
+        self._models: set[str] = set()
+        self._series: dict[tuple, _Series] = {}   # bounded labels -> series
+        self._by_labels: dict[tuple, _Series] = {}  # the tracker's labels -> series (a cache)
+        self._streams: dict[tuple, int] = {}
+        self._evicted = 0
+        self._counters = counters  # optional: a callable giving the tracker's counters
+
+    # --- fed by the tracker -------------------------------------------------------------
+
+    def _get(self, labels: tuple) -> _Series:
+        series = self._by_labels.get(labels)
+        if series is not None:
+            return series
+        model = labels[3] or "unknown"
+        if model not in self._models and model != "unknown":
+            if len(self._models) < self._max_models:
+                self._models.add(model)
+            else:
+                model = "other"
+        key = (*labels[:3], model)
+        with self._lock:
+            series = self._series.get(key)
+            if series is None:
+                series = self._series[key] = _Series()
+            if len(self._by_labels) < 64 * self._max_models:  # the cache is bounded too
+                self._by_labels[labels] = series
+        return series
+
+    def first_chunk(self, labels: tuple, seconds: float) -> None:
+        series = self._by_labels.get(labels) or self._get(labels)
+        series.ttft[bisect_left(TTFT_BUCKETS, seconds)] += 1
+        series.ttft_sum += seconds
+        series.chunks += 1
+
+    def chunk(self, labels: tuple) -> None:
+        """A first chunk whose request was not seen: no time to first chunk."""
+        (self._by_labels.get(labels) or self._get(labels)).chunks += 1
+
+    def gap(self, labels: tuple, seconds: float, stalled: bool) -> None:
+        series = self._by_labels.get(labels) or self._get(labels)
+        series.gaps[bisect_left(GAP_BUCKETS, seconds)] += 1
+        series.gaps_sum += seconds
+        series.chunks += 1
+        if stalled:
+            series.stalls += 1
+
+    def finished(self, labels: tuple, status: str, tokens: int | None) -> None:
+        series = self._by_labels.get(labels) or self._get(labels)
+        if tokens:
+            series.tokens += tokens
+        skey = (*labels[:3], status)
+        with self._lock:
+            self._streams[skey] = self._streams.get(skey, 0) + 1
+
+    def evicted(self, n: int) -> None:
+        self._evicted += n
+
+    # --- read by a scrape ---------------------------------------------------------------
+
+    def collector(self):
+        """A prometheus_client collector of these metrics."""
+        return _Collector(self)
+
+    def render(self) -> bytes:
+        """The text exposition format, once."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(self.collector())
+        return generate_latest(reg)
+
+    def families(self):
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+        from prometheus_client.utils import floatToGoString
+
+        with self._lock:
+            table = sorted(self._series.items())
+            streams, evicted = sorted(self._streams.items()), self._evicted
+
+        def hist(name, doc, bounds, counts_of, sum_of):
+            fam = HistogramMetricFamily(name, doc, labels=list(LABELS))
+            les = [floatToGoString(b) for b in bounds] + ["+Inf"]
+            for key, series in table:
+                counts = list(counts_of(series))
+                if not sum(counts):
+                    continue
+                run, buckets = 0, []
+                for le, c in zip(les, counts):
+                    run += c
+                    buckets.append((le, run))
+                fam.add_metric(list(key), buckets, sum_of(series))
+            return fam
+
+        def counter(name, doc, value_of):
+            fam = CounterMetricFamily(name, doc, labels=list(LABELS))
+            for key, series in table:
+                value = value_of(series)
+                if value:
+                    fam.add_metric(list(key), value)
+            return fam
+
+        yield hist("zerolayer_stream_time_to_first_chunk_seconds",
+                   "Time from a streaming request's last byte to its first chunk (client side: "
+                   "written to read; server side: read to written)", TTFT_BUCKETS,
+                   lambda x: x.ttft, lambda x: x.ttft_sum)
+        yield hist("zerolayer_stream_time_per_output_chunk_seconds",
+                   "Time between consecutive chunks of a stream, observed as each chunk passes",
+                   GAP_BUCKETS, lambda x: x.gaps, lambda x: x.gaps_sum)
+        by_status = CounterMetricFamily("zerolayer_streams", "Token streams that ended, by status",
+                                        labels=["side", "api", "tls", "status"])
+        for key, value in streams:
+            by_status.add_metric(list(key), value)
+        yield by_status
+        yield counter("zerolayer_stream_chunks", "Chunks (events carrying generated output)",
+                      lambda x: x.chunks)
+        yield counter("zerolayer_stream_tokens", "Output tokens, as the streams' usage reports "
+                      "them, counted when a stream ends", lambda x: x.tokens)
+        yield counter("zerolayer_stream_stalls", "Gaps between chunks longer than the stall "
+                      "threshold", lambda x: x.stalls)
+        yield CounterMetricFamily("zerolayer_stream_evictions",
+                                  "Open streams dropped to keep the tracker bounded",
+                                  value=evicted)
+        if self._counters is not None:
+            c = self._counters()
+            yield GaugeMetricFamily("zerolayer_streams_open", "Token streams under way",
+                                    value=c.get("streams_open", 0))
+            unsupported = CounterMetricFamily(
+                "zerolayer_stream_unsupported",
+                "What was recognised but not parsed: HTTP/2 connections, compressed streaming "
+                "responses, upgraded connections", labels=["kind"])
+            for kind in ("http2", "compressed", "upgraded"):
+                unsupported.add_metric([kind], c.get(kind, 0))
+            yield unsupported
+            yield CounterMetricFamily("zerolayer_stream_lost_bytes",
+                                      "Bytes the capture lost (the parser resynchronised)",
+                                      value=c.get("lost_bytes", 0))
+
+
+class _Collector:
+    def __init__(self, metrics: StreamMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self):
+        return self._metrics.families()

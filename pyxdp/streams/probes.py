@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Load bpf/streams.c and place its probes: the syscall tracepoints (bcc
+attaches them as it loads) and, on each OpenSSL library found, uprobes on
+SSL_read, SSL_write, SSL_read_ex and SSL_write_ex (entry and return).
+
+Where the probes go is a cost decision (docs/spec.md §11.1): a tracepoint
+pair costs tens of nanoseconds per syscall, a uprobe hit microseconds. So
+the uprobes go on the OpenSSL files processes really map, and with --pid
+only into those processes.
+"""
+
+import ctypes
+import os
+from collections.abc import Iterable
+
+from pyxdp.cstruct import Layout
+from pyxdp.errors import ZerolayerError
+from pyxdp.streams import btf, libraries
+from pyxdp.xdp import compiler
+
+SOURCE = "streams.c"
+
+# Event kinds (bpf/streams.h), numbered from 1.
+DATA, CONN, CLOSE, EXIT, LINK = 1, 2, 3, 4, 5
+PIECE = 4096  # payload bytes per event
+PIECES = 4  # events per call at most: a longer call is partly missed, and counted
+IOVS = 4  # iovecs read per readv/writev/recvmsg/sendmsg
+RING_PAGES = 1024  # 4 MiB of ring buffer
+MAX_PIDS = 1024  # entries of zl_st_pids
+
+# struct zl_st_event (bpf/streams.h): change both together.
+EVENT = Layout(
+    "zl_st_event",
+    ("ts", "Q"), ("id", "Q"), ("off", "Q"),
+    ("tgid", "I"), ("len", "I"), ("fd", "i"),
+    ("kind", "B"), ("out", "B"), ("tls", "B"), ("pad", "x"),
+    ("family", "H"), ("lport", "H"), ("rport", "H"), ("pad2", "2x"),
+    ("laddr", "16s"), ("raddr", "16s"), ("comm", "16s"),
+    ("data", f"{PIECE}s"),
+)
+HEADER_LEN = EVENT.size - PIECE
+
+# The OpenSSL functions probed, each with its entry function in the C; the
+# one return function serves them all.
+SSL_FUNCTIONS = {"SSL_read": "zl_st_ssl_read", "SSL_write": "zl_st_ssl_write",
+                 "SSL_read_ex": "zl_st_ssl_read_ex", "SSL_write_ex": "zl_st_ssl_write_ex"}
+SSL_RETURN = "zl_st_ssl_return"
+
+TRACEFS = "/sys/kernel/tracing"
+BPF_PROG_TYPE_KPROBE = 2  # uprobes are kprobe programs
+
+
+def c_defines() -> dict[str, int]:
+    """The event's constants (bpf/streams.h), by C name."""
+    return {"ZL_ST_PIECE": PIECE, "ZL_ST_DATA": DATA, "ZL_ST_CONN": CONN,
+            "ZL_ST_CLOSE": CLOSE, "ZL_ST_EXIT": EXIT, "ZL_ST_LINK": LINK}
+
+
+# The kernel struct fields the C reads: -D ZL_ST_OFF_<NAME> = byte offset.
+KERNEL_FIELDS = {
+    "TASK_FILES": ("task_struct", "files"),
+    "TASK_GROUP_LEADER": ("task_struct", "group_leader"),
+    "TASK_COMM": ("task_struct", "comm"),
+    "TASK_SIGNAL": ("task_struct", "signal"),
+    "SIGNAL_LIVE": ("signal_struct", "live"),
+    "FILES_FDT": ("files_struct", "fdt"),
+    "FDT_MAX_FDS": ("fdtable", "max_fds"),
+    "FDT_FD": ("fdtable", "fd"),
+    "FILE_INODE": ("file", "f_inode"),
+    "FILE_PRIVATE": ("file", "private_data"),
+    "INODE_MODE": ("inode", "i_mode"),
+    "SOCKET_TYPE": ("socket", "type"),
+    "SOCKET_SK": ("socket", "sk"),
+    "SK_FAMILY": ("sock", "__sk_common.skc_family"),
+    "SK_NUM": ("sock", "__sk_common.skc_num"),
+    "SK_DPORT": ("sock", "__sk_common.skc_dport"),
+    "SK_RCV_SADDR": ("sock", "__sk_common.skc_rcv_saddr"),
+    "SK_DADDR": ("sock", "__sk_common.skc_daddr"),
+    "SK_V6_RCV_SADDR": ("sock", "__sk_common.skc_v6_rcv_saddr"),
+    "SK_V6_DADDR": ("sock", "__sk_common.skc_v6_daddr"),
+}
+
+
+def kernel_offsets() -> dict[str, int]:
+    """-D ZL_ST_OFF_* values for the running kernel."""
+    types = btf.vmlinux()
+    return {f"ZL_ST_OFF_{name}": types.offset(struct_name, path)
+            for name, (struct_name, path) in KERNEL_FIELDS.items()}
+
+
+def load_flags(max_conns: int, filter_pids: bool) -> tuple[str, ...]:
+    """The -D definitions of one load: the event's and the program's sizes,
+    whether only zl_st_pids is watched, our own pid (never watched) and the
+    running kernel's field offsets."""
+    d = c_defines() | kernel_offsets() | {"ZL_ST_PIECES": PIECES, "ZL_ST_IOVS": IOVS,
+                       "ZL_ST_MAX_CONNS": max_conns, "ZL_ST_RING_PAGES": RING_PAGES,
+                       "ZL_ST_FILTER_PIDS": int(filter_pids), "ZL_ST_SELF": os.getpid()}
+    return compiler.define_flags(d)
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+CLONE_NEWNS = 0x00020000
+MS_REC = 0x4000
+MS_SLAVE = 1 << 19
+
+
+def ensure_tracefs() -> None:
+    """bcc needs tracefs to place probes and to remove them. Where the host
+    has none mounted, this process mounts one that only it sees: in a mount
+    namespace of its own, a slave of the host's (mounts made later, such as
+    `ip netns add`'s, still reach it), so nothing is left mounted on the host
+    and no other observer can unmount it from under this one."""
+    if os.path.isdir(f"{TRACEFS}/events") or os.path.isdir("/sys/kernel/debug/tracing/events"):
+        return
+    libc = _libc()
+    for step, ok in (("unshare(CLONE_NEWNS)", lambda: libc.unshare(CLONE_NEWNS) == 0),
+                     ("a private mount namespace", lambda: libc.mount(
+                         None, b"/", None, MS_REC | MS_SLAVE, None) == 0),
+                     (f"mount tracefs on {TRACEFS}", lambda: libc.mount(
+                         b"tracefs", TRACEFS.encode(), b"tracefs", 0, None) == 0)):
+        if not ok():
+            err = os.strerror(ctypes.get_errno())
+            raise ZerolayerError(f"tracefs is not mounted, and {step} failed ({err}): mount it "
+                                 f"(`mount -t tracefs tracefs {TRACEFS}`) and run again")
+
+
+class Probes:
+    """The loaded program and every probe it has in place; close() removes
+    them all."""
+
+    def __init__(self, pids: Iterable[int] = (), max_conns: int = 20000):
+        self.pids = sorted(set(pids))
+        self.attached: set[tuple[int, int, int]] = set()  # (dev, inode, pid or -1)
+        self.libraries: list[libraries.Library] = []
+        self.failed: dict[str, str] = {}  # library path: why its probes could not go in
+        ensure_tracefs()
+        self.loaded = compiler.load(
+            SOURCE, SSL_RETURN, prog_type=BPF_PROG_TYPE_KPROBE,
+            also=tuple(SSL_FUNCTIONS.values()),
+            cflags=load_flags(max_conns, bool(self.pids)))
+        self.bpf = self.loaded.bpf
+        if self.pids:
+            table = self.bpf[b"zl_st_pids"]
+            for pid in self.pids[:MAX_PIDS]:
+                table[table.Key(pid)] = table.Leaf(1)
+
+    def scan(self, pid_list: Iterable[int] | None = None) -> int:
+        """Put uprobes on the OpenSSL libraries the processes of PID_LIST
+        (default: ours to watch, or every process) map and that have none yet;
+        returns how many libraries got them."""
+        if pid_list is None:
+            pid_list = self.pids or libraries.pids()
+        if self.pids:
+            pid_list = [p for p in pid_list if p in self.pids]
+        placed = 0
+        for lib in libraries.scan(pid_list):
+            target = lib.pid if self.pids else -1
+            if (lib.dev, lib.inode, target) in self.attached or lib.path in self.failed:
+                continue
+            try:
+                self._attach(lib.path, target)
+            except Exception as exc:  # a library without the symbols, a process gone
+                self.failed[lib.path] = str(exc).splitlines()[0] if str(exc) else "failed"
+                continue
+            self.attached.add((lib.dev, lib.inode, target))
+            self.libraries.append(lib)
+            placed += 1
+        return placed
+
+    def _attach(self, path: str, pid: int) -> None:
+        name = path.encode()
+        for sym, fn in SSL_FUNCTIONS.items():
+            self.bpf.attach_uprobe(name=name, sym=sym.encode(), fn_name=fn.encode(), pid=pid)
+            self.bpf.attach_uretprobe(name=name, sym=sym.encode(), fn_name=SSL_RETURN.encode(),
+                                      pid=pid)
+
+    def close(self) -> None:
+        self.loaded.close()  # bcc detaches every probe it placed

@@ -1,0 +1,389 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The token streams of the host's connections, from the bytes each process
+read and wrote (docs/spec.md §11): one HTTP/1.1 parser per direction of a
+connection, a stream per event-stream response (several in turn on a
+keep-alive connection), its chunks, gaps, stalls and end. Pure: the kernel
+side (pyxdp.streams probes) calls describe/data/closed/process_exited.
+
+Privacy: the objects returned hold counts, times, addresses, process and
+model names only; no byte of a prompt or a completion is kept past the
+parser's bounded line buffer.
+"""
+
+from collections import OrderedDict, deque
+
+from pyxdp.proto import sse
+from pyxdp.streams.gaps import Gaps
+
+_COMM_MAX = 32
+_MAX_PENDING = 16  # requests awaiting their response on one connection
+
+
+def _printable(value, limit: int) -> str | None:
+    if value is None:
+        return None
+    text = "".join(ch for ch in str(value)[:limit] if " " <= ch < "\x7f")
+    return text or None
+
+
+class _Stream:
+    """One streaming exchange: a few hundred bytes."""
+
+    __slots__ = ("side", "api", "model", "model_from_stream", "events", "chunks", "tokens",
+                 "base_ns", "first_ns", "last_chunk_ns", "last_ns", "start_ns", "gaps", "stalls",
+                 "status", "end", "http_status", "lost", "labels")
+
+    def __init__(self, side: str, api: str | None, model: str | None, base_ns: int | None,
+                 start_ns: int) -> None:
+        self.side = side
+        self.api = api or "sse"
+        self.model = model
+        self.model_from_stream = False
+        self.events = 0
+        self.chunks = 0
+        self.tokens: int | None = None
+        self.base_ns = base_ns          # the request's last byte (TTFT's start), if seen
+        self.first_ns: int | None = None
+        self.last_chunk_ns = 0
+        self.last_ns = start_ns
+        self.start_ns = start_ns
+        self.gaps = Gaps()
+        self.stalls = 0
+        self.status = "open"
+        self.end: str | None = None
+        self.http_status: int | None = None
+        self.lost = 0
+        self.labels: tuple | None = None  # metric labels, cached until api or model change
+
+    def __repr__(self) -> str:
+        return f"<stream {self.side} {self.api} {self.status} chunks={self.chunks}>"
+
+
+class _Request:
+    __slots__ = ("api", "model", "streaming", "end_ns", "stream")
+
+    def __init__(self, api: str | None, streaming: bool) -> None:
+        self.api = api
+        self.model: str | None = None
+        self.streaming = streaming
+        self.end_ns: int | None = None
+        self.stream: _Stream | None = None  # a streaming request's stream, before its response
+
+
+class _Conn:
+    __slots__ = ("key", "pid", "comm", "tls", "local", "remote", "wrote", "read", "reqs",
+                 "stream", "closed")
+
+    def __init__(self, key) -> None:
+        self.key = key
+        self.pid = key[0] if isinstance(key, tuple) and key else key
+        self.comm: str | None = None
+        self.tls: bool | None = None
+        self.local: str | None = None
+        self.remote: str | None = None
+        self.wrote = sse.HttpDirection()
+        self.read = sse.HttpDirection()
+        self.reqs: list[_Request] = []  # a few at most; a deque would cost 600 bytes
+        self.stream: _Stream | None = None  # the stream whose response is under way
+
+    def __repr__(self) -> str:
+        return f"<conn pid={self.pid} requests={len(self.reqs)}>"
+
+
+def _open_of(c: _Conn) -> list[_Stream]:
+    """A connection's open streams: the response's under way, then those of
+    streaming requests not yet answered."""
+    out = [r.stream for r in c.reqs if r.stream is not None]
+    if c.stream is not None and c.stream.status == "open":
+        out.insert(0, c.stream)
+    return out
+
+
+class StreamTracker:
+    """See /work/notes/streams-interface.md and docs/spec.md §11."""
+
+    def __init__(self, stall_ms: float = 1000, max_streams: int = 10000, metrics=None) -> None:
+        if max_streams < 1:
+            raise ValueError("max_streams must be at least 1")
+        self.stall_ns = int(stall_ms * 1e6)
+        self.max_streams = max_streams
+        self.metrics = metrics
+        self._conns: OrderedDict = OrderedDict()
+        self._by_pid: dict[int, set] = {}
+        self._finished: deque[dict] = deque()
+        self._out: list = []
+        self._open = 0  # streams under way (kept as a count: counters may be read from another thread)
+        self._c = {k: 0 for k in (
+            "streams_done", "streams_cancelled", "streams_error", "evicted", "reports_dropped",
+            "http2", "compressed", "upgraded", "skipped_bytes", "lost_bytes", "resyncs",
+            "malformed_events", "oversized_events", "comments")}
+        self._events = self._chunks = 0  # (attributes: counted at every event)
+
+    def __repr__(self) -> str:
+        return f"<StreamTracker connections={len(self._conns)}>"
+
+    # --- the kernel side's calls --------------------------------------------------------
+
+    def describe(self, conn, *, pid: int | None = None, comm: str | None = None,
+                 tls: bool | None = None, local: str | None = None,
+                 remote: str | None = None) -> None:
+        c = self._conn(conn)
+        if comm is not None:
+            c.comm = _printable(comm, _COMM_MAX)
+        if pid is not None and pid != c.pid:
+            self._unindex(c)
+            c.pid = pid
+            self._by_pid.setdefault(pid, set()).add(c.key)
+        if tls is not None:
+            c.tls = bool(tls)
+            if c.stream is not None:
+                c.stream.labels = None  # they name tls
+        if local is not None:
+            c.local = _printable(local, 64)
+        if remote is not None:
+            c.remote = _printable(remote, 64)
+
+    def data(self, conn, outgoing: bool, payload: bytes, t_ns: int, lost: int = 0) -> None:
+        c = self._conns.get(conn)
+        if c is None:
+            c = self._conn(conn)
+        else:
+            self._conns.move_to_end(conn)
+        d = c.wrote if outgoing else c.read
+        if lost:
+            self._c["lost_bytes"] += lost
+            s = c.stream
+            if s is not None and d.role == "response":
+                s.lost += lost
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        out = self._out
+        resyncs, skipped = d.resyncs, d.skipped
+        d.feed(payload, lost, out)
+        if d.resyncs != resyncs:
+            self._c["resyncs"] += d.resyncs - resyncs
+        if d.skipped != skipped:
+            self._c["skipped_bytes"] += d.skipped - skipped
+        if not out:
+            return
+        for kind, a, b, x in out:
+            if kind == sse.EVENT:
+                self._event(c, a, t_ns)
+            else:
+                self._message(c, outgoing, kind, a, b, x, t_ns)
+        out.clear()
+
+    def closed(self, conn, t_ns: int) -> None:
+        c = self._conns.pop(conn, None)
+        if c is not None:
+            self._unindex(c)
+            self._end_conn(c, t_ns, "close")
+
+    def process_exited(self, pid: int, t_ns: int) -> None:
+        for key in list(self._by_pid.pop(pid, ())):
+            c = self._conns.pop(key, None)
+            if c is not None:
+                self._end_conn(c, t_ns, "exit")
+
+    def pop_finished(self) -> list[dict]:
+        out = list(self._finished)
+        self._finished.clear()
+        return out
+
+    def open_streams(self, t_ns: int | None = None) -> list[dict]:
+        out: list[dict] = []
+        for c in self._conns.values():
+            out.extend(self._report(c, s, t_ns if t_ns is not None else s.last_ns)
+                       for s in _open_of(c))
+        return out
+
+    @property
+    def counters(self) -> dict:
+        out = dict(self._c)
+        out["events"], out["chunks"] = self._events, self._chunks
+        out["connections"] = len(self._conns)
+        out["streams_open"] = self._open
+        return out
+
+    # --- inside --------------------------------------------------------------------------
+
+    def _conn(self, key) -> _Conn:
+        c = self._conns.get(key)
+        if c is not None:
+            return c
+        while len(self._conns) >= self.max_streams:
+            _, old = self._conns.popitem(last=False)
+            self._unindex(old)
+            n = len(_open_of(old))
+            if n:
+                self._c["evicted"] += n
+                self._open -= n
+                if self.metrics is not None:
+                    self.metrics.evicted(n)
+        c = self._conns[key] = _Conn(key)
+        self._by_pid.setdefault(c.pid, set()).add(key)
+        return c
+
+    def _unindex(self, c: _Conn) -> None:
+        keys = self._by_pid.get(c.pid)
+        if keys is not None:
+            keys.discard(c.key)
+            if not keys:
+                del self._by_pid[c.pid]
+
+    def _event(self, c: _Conn, ev: tuple, t: int) -> None:
+        cls, api, model, tokens, flags = ev
+        if cls == sse.COMMENT:
+            self._c["comments"] += 1
+            return
+        s = c.stream
+        if s is None or s.status != "open":
+            return  # after the API's end, or an event-stream nobody asked for a stream of
+        self._events += 1
+        s.events += 1
+        s.last_ns = t
+        if flags:
+            if flags & sse.MALFORMED:
+                self._c["malformed_events"] += 1
+            if flags & sse.OVERSIZED:
+                self._c["oversized_events"] += 1
+        if api is not None and s.api != api:
+            s.api = api
+            s.labels = None
+        if model is not None and not s.model_from_stream:
+            s.model = model
+            s.model_from_stream = True
+            s.labels = None
+        if tokens is not None:
+            s.tokens = tokens
+        if cls == sse.CHUNK or (cls == sse.GENERIC and s.api == "sse"):
+            self._chunks += 1
+            s.chunks += 1
+            m = self.metrics
+            if s.first_ns is None:
+                s.first_ns = t
+                if m is not None and s.base_ns is not None:
+                    m.first_chunk(s.labels or self._labels(c, s), (t - s.base_ns) / 1e9)
+                elif m is not None:
+                    m.chunk(s.labels or self._labels(c, s))
+            else:
+                gap = t - s.last_chunk_ns
+                s.gaps.add(gap // 1000)
+                if gap > self.stall_ns:
+                    s.stalls += 1
+                if m is not None:
+                    m.gap(s.labels or self._labels(c, s), gap / 1e9, gap > self.stall_ns)
+            s.last_chunk_ns = t
+        elif cls == sse.END:
+            self._finish(c, s, t, "done", "api")
+        elif cls == sse.ERROR:
+            self._finish(c, s, t, "error", "error")
+
+    def _labels(self, c: _Conn, s: _Stream) -> tuple:
+        if s.labels is None:
+            s.labels = (s.side, s.api, "true" if c.tls else "false", s.model or "")
+        return s.labels
+
+    def _message(self, c: _Conn, outgoing: bool, kind: int, a, b, x, t: int) -> None:
+        if kind == sse.REQUEST_HEAD:
+            methods = (c.read if outgoing else c.wrote).methods
+            if len(methods) < _MAX_PENDING:
+                methods.append(a)
+            if len(c.reqs) >= _MAX_PENDING:
+                old = c.reqs.pop(0)
+                if old.stream is not None:
+                    self._c["evicted"] += 1
+                    self._open -= 1
+            c.reqs.append(_Request(b, bool(x)))
+        elif kind == sse.REQUEST_END:
+            if not c.reqs:
+                return
+            r = c.reqs[-1]
+            r.model, r.end_ns = a, t
+            r.streaming = r.streaming or b
+            if r.streaming and r.stream is None:
+                side = "client" if outgoing else "server"
+                r.stream = _Stream(side, r.api, r.model, t, t)
+                self._open += 1
+        elif kind == sse.RESPONSE_HEAD:
+            self._response(c, outgoing, a, b, x, t)
+        elif kind == sse.RESPONSE_END:
+            s = c.stream
+            if s is not None:
+                c.stream = None
+                if s.status == "open":
+                    self._finish(c, s, t, "done", "body")
+        elif kind == sse.MIDSTREAM:
+            self._response(c, outgoing, None, True, False, t)
+        elif kind == sse.HTTP2:
+            self._c["http2"] += 1
+        elif kind == sse.UPGRADE:
+            self._c["upgraded"] += 1
+
+    def _response(self, c: _Conn, outgoing: bool, status: int | None, is_sse: bool,
+                  compressed: bool, t: int) -> None:
+        """A response's head (STATUS None: an event stream joined mid-way)."""
+        r = c.reqs.pop(0) if c.reqs else None
+        s = r.stream if r is not None else None
+        streaming = r is not None and r.streaming
+        if c.stream is not None and c.stream.status == "open":
+            self._finish(c, c.stream, t, "cancelled", "body")  # a new response: the old one is over
+        c.stream = None
+        if compressed and (is_sse or streaming):
+            self._c["compressed"] += 1
+            is_sse = streaming = False  # seen, not parsed
+        failed = status is not None and status >= 300
+        if not is_sse and not (streaming and failed):
+            if s is not None:
+                self._open -= 1  # the request asked for a stream; the answer is not one
+            return
+        if s is None:
+            side = "server" if outgoing else "client"
+            s = _Stream(side, r.api if r else None, r.model if r else None,
+                        r.end_ns if r else None, t)
+            self._open += 1
+        s.http_status = status
+        s.last_ns = t
+        c.stream = s
+        if failed:
+            self._finish(c, s, t, "error", "error")
+
+    def _end_conn(self, c: _Conn, t: int, how: str) -> None:
+        for s in _open_of(c):
+            # An event stream of no known API ends when its connection does (a body
+            # delimited by the close); an API's stream ends with its own last event.
+            body_by_close = (s is c.stream and s.api == "sse" and how == "close"
+                             and (c.wrote if s.side == "server" else c.read).until_close)
+            self._finish(c, s, t, "done" if body_by_close else "cancelled", how)
+        c.stream = None
+        c.reqs.clear()
+
+    def _finish(self, c: _Conn, s: _Stream, t: int, status: str, end: str) -> None:
+        s.status, s.end = status, end
+        self._open -= 1
+        if t > s.last_ns:
+            s.last_ns = t
+        self._c["streams_" + status] += 1
+        report = self._report(c, s, s.last_ns)
+        if len(self._finished) >= self.max_streams:
+            self._finished.popleft()
+            self._c["reports_dropped"] += 1
+        self._finished.append(report)
+        if self.metrics is not None:
+            self.metrics.finished(self._labels(c, s), status, s.tokens)
+
+    def _report(self, c: _Conn, s: _Stream, t: int) -> dict:
+        base = s.base_ns
+        ttft = None
+        if s.first_ns is not None and base is not None:
+            ttft = round((s.first_ns - base) / 1e6, 3)
+        return {
+            "pid": c.pid, "comm": c.comm, "side": s.side, "tls": c.tls,
+            "local": c.local, "remote": c.remote, "api": s.api, "model": s.model,
+            "events": s.events, "chunks": s.chunks, "tokens": s.tokens,
+            "time_to_first_chunk_ms": ttft, "chunk_gap_ms": s.gaps.summary_ms(),
+            "stalls": s.stalls,
+            "duration_ms": round((t - (base if base is not None else s.start_ns)) / 1e6, 3),
+            "status": s.status, "http_status": s.http_status, "end": s.end,
+            "lost_bytes": s.lost, "started_ns": base if base is not None else s.start_ns,
+        }

@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One observer run: the probes, the session feeding the tracker, new
+OpenSSL libraries picked up as processes start, until told to stop."""
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from pyxdp.kernel.signals import ClosedOnExit
+from pyxdp.streams import libraries, probes, session
+from pyxdp.streams.tracker import StreamTracker
+
+POLL_MS = 50  # the ring holds far more than 50 ms of events
+SCAN_EVERY_S = 2.0  # new processes' libraries: "picked up within a few seconds"
+FULL_SCAN_EVERY = 15  # every Nth scan reads every process again (a late dlopen)
+
+# What the probes cannot see, said once on start (docs/spec.md §11.4).
+NOT_SEEN = ("not seen: TLS of statically linked stacks (Go crypto/tls; BoringSSL in Node, Bun, "
+            "Envoy), HTTP/2 and gRPC, compressed bodies (HTTP/2 connections and compressed "
+            "streams are counted)")
+
+
+def monotonic_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class Watch(ClosedOnExit):
+    """Streams of every process, or of PIDS only."""
+
+    def __init__(self, pids: Iterable[int] = (), stall_ms: int = 1000, max_streams: int = 10000,
+                 metrics=None):
+        self.tracker = StreamTracker(stall_ms=stall_ms, max_streams=max_streams, metrics=metrics)
+        self.probes = probes.Probes(pids, max_conns=2 * max_streams)
+        try:
+            self.session = session.Session(self.probes, self.tracker, max_conns=2 * max_streams)
+            self._seen: set[int] = set()
+            self._scans = 0
+            self.scan()
+        except BaseException:
+            self.probes.close()
+            raise
+
+    def scan(self) -> None:
+        """Uprobes on the OpenSSL libraries of processes not seen before (of
+        all of them every FULL_SCAN_EVERY scans; with --pid, of those few
+        every time, as they may load OpenSSL late)."""
+        now = set(libraries.pids())
+        every = self._scans % FULL_SCAN_EVERY == 0 or self.probes.pids
+        fresh = now if every else now - self._seen
+        self._scans += 1
+        self._seen = now
+        self.probes.scan(fresh)
+
+    def run(self, stop: threading.Event, emit: Callable[[dict], None], *,
+            duration: float | None = None, count: int | None = None,
+            tick: Callable[[], None] | None = None, tick_s: float = 1.0) -> int:
+        """Feed the tracker until STOP is set, DURATION seconds have passed or
+        COUNT streams have ended; EMIT gets each stream that ends, TICK is
+        called every TICK_S seconds. Returns the streams emitted."""
+        start = time.monotonic()
+        next_scan = start + SCAN_EVERY_S
+        next_tick = start + tick_s
+        emitted = 0
+        while not stop.is_set():
+            self.session.poll(POLL_MS)
+            for stream in self.tracker.pop_finished():
+                emit(stream)
+                emitted += 1
+                if count is not None and emitted >= count:
+                    return emitted
+            now = time.monotonic()
+            if duration is not None and now - start >= duration:
+                break
+            if now >= next_scan:
+                self.scan()
+                next_scan = now + SCAN_EVERY_S
+            if tick and now >= next_tick:
+                tick()
+                next_tick = now + tick_s
+        return emitted
+
+    def open_streams(self) -> list[dict]:
+        return self.tracker.open_streams(monotonic_ns())
+
+    def close(self) -> None:
+        self.probes.close()

@@ -1,0 +1,229 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the streams tests run: a mock OpenAI/Anthropic server from PyPI
+(llm-mock-api), a TLS gateway in front of it (socat, with a self-signed
+certificate for 127.0.0.1), `zerolayer streams --json` collecting what it
+reports, and the SDK clients of tests/support/stream_client.py. Every
+process runs in a session of its own and is killed, with its children, on
+every path."""
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from support.cli_runner import ZEROLAYER
+
+CLIENT = Path(__file__).resolve().parent / "stream_client.py"
+MOCK = Path(sys.executable).parent / "llm-mock-api"
+# The mock's answer: 50 characters in chunks of 5, so 10 chunks a stream.
+REPLY = "Zebras quietly wander past seven violet lanterns.."
+CHUNK_CHARS = 5
+CHUNKS = len(REPLY) // CHUNK_CHARS
+LATENCY_MS = 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args[0]} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill PROC's whole session (its forked children too) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+
+
+@contextlib.contextmanager
+def started(args: list[str], port: int, **kwargs):
+    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, **kwargs)
+    try:
+        wait_port(port, proc)
+        yield proc
+    finally:
+        stop(proc)
+
+
+def mock_server(workdir: Path, port: int):
+    """llm-mock-api on PORT, every answer REPLY in chunks LATENCY_MS apart."""
+    return started([str(MOCK), "start", "--host", "127.0.0.1", "--port", str(port),
+                    "--latency", str(LATENCY_MS), "--chunk-size", str(CHUNK_CHARS),
+                    "--fallback", REPLY, "--log-level", "error"], port, cwd=workdir)
+
+
+def mock_tls_server(workdir: Path, port: int, cert: Path, key: Path):
+    """The same mock served with TLS by uvicorn itself (asyncio's TLS)."""
+    return started([sys.executable, str(Path(__file__).resolve().parent / "mock_tls.py"),
+                    str(port), str(cert), str(key), REPLY, str(CHUNK_CHARS), str(LATENCY_MS)],
+                   port, cwd=workdir)
+
+
+def certificate(workdir: Path) -> tuple[Path, Path]:
+    cert, key = workdir / "cert.pem", workdir / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+def tls_gateway(port: int, upstream: int, cert: Path, key: Path):
+    """socat terminating TLS on PORT (OpenSSL, linked dynamically) in front
+    of UPSTREAM, a forked child per connection."""
+    return started(["socat", f"OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,"
+                    f"cert={cert},key={key},verify=0", f"TCP:127.0.0.1:{upstream}"], port)
+
+
+class Observer:
+    """`zerolayer streams --json ARGS`, its stdout lines parsed as they come."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([ZEROLAYER, "streams", "--json", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self.streams: list[dict] = []
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._threads = [threading.Thread(target=self._read_out, daemon=True),
+                         threading.Thread(target=self._read_err, daemon=True)]
+        for t in self._threads:
+            t.start()
+        if not self._ready.wait(60):
+            self.close()
+            raise AssertionError(f"zerolayer streams did not start: {self.stderr}")
+
+    def _read_out(self) -> None:
+        for line in self.proc.stdout:
+            with self._lock:
+                self.stdout.append(line)
+                self.streams.append(json.loads(line))
+
+    def _read_err(self) -> None:
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            if "watching" in line:
+                self._ready.set()
+            if self.proc.poll() is not None:
+                self._ready.set()
+        self._ready.set()
+
+    def wait_for(self, predicate, n: int, timeout: float = 15.0) -> list[dict]:
+        """The reported streams that PREDICATE accepts, once there are N."""
+        end = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                found = [s for s in self.streams if predicate(s)]
+            if len(found) >= n or time.monotonic() > end:
+                return found
+            time.sleep(0.05)
+
+    def interrupt(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> int:
+        """SIG (SIGINT: Ctrl-C): its exit code once it has finished."""
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        for t in self._threads:
+            t.join(5)
+        return code
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            stop(self.proc)
+        for t in self._threads:
+            t.join(5)
+
+
+def run_client(api: str, base_url: str, prompt: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, str(CLIENT), api, base_url, prompt, *args],
+                         capture_output=True, text=True, timeout=60, start_new_session=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def client_ttft_ms(stream: dict) -> float:
+    return (stream["times"][0] - stream["t0"]) / 1e6
+
+
+def client_median_gap_ms(stream: dict) -> float:
+    t = stream["times"]
+    return statistics.median((b - a) / 1e6 for a, b in zip(t, t[1:]))
+
+
+def tracefs_mounted() -> bool:
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == TRACEFS for line in f)
+
+
+TRACEFS = "/sys/kernel/tracing"
+
+
+def held_probes(pid: int) -> tuple[set[int], int]:
+    """The BPF programs (their ids) and perf events (each a tracepoint or
+    uprobe attachment: bcc opens them through perf_event_open, so they are
+    not in tracefs's uprobe_events) that process PID holds."""
+    progs, perf = set(), 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link == "anon_inode:[perf_event]":
+                perf += 1
+            elif link == "anon_inode:bpf-prog":
+                with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                    progs |= {int(line.split()[1]) for line in info
+                              if line.startswith("prog_id:")}
+    return progs, perf
+
+
+def prog_exists(prog_id: int) -> bool:
+    from pyxdp.kernel import bpfsys
+
+    try:
+        os.close(bpfsys.prog_fd_by_id(prog_id))
+    except OSError:
+        return False
+    return True
+
+
+class Client:
+    """stream_client.py in the background, for a client that must exist
+    before the observer starts or stay open while it stops: it waits for
+    WAIT_FILE (a path in a test's directory) and pauses on PAUSE_FILE."""
+
+    def __init__(self, api: str, base_url: str, prompt: str, *args: str):
+        self.proc = subprocess.Popen([sys.executable, str(CLIENT), api, base_url, prompt, *args],
+                                     stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.pid = self.proc.pid
+
+    def wait_line(self, expected: str) -> None:
+        line = self.proc.stdout.readline().strip()
+        assert line == expected, f"client said {line!r}, not {expected!r}"
+
+    def result(self) -> dict:
+        out, _ = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0
+        return json.loads(out.splitlines()[-1])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            stop(self.proc)

@@ -1,0 +1,257 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`zerolayer streams` against real clients and servers: the openai and
+anthropic SDKs and curl, a mock OpenAI/Anthropic server from PyPI
+(llm-mock-api) and a TLS gateway in front of it (socat, OpenSSL). Each
+client records when its SDK yields each chunk; the observer's report of
+every stream, on both sides, is held to it: the chunk count exactly, the
+median gap within 2 ms, the time to first chunk no later than the
+client's, the status as the client ended it. The prompt is nowhere in what
+the observer prints."""
+
+import os
+import socket
+import struct
+import subprocess
+import uuid
+
+import pytest
+
+from support import streams_lab as lab
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("streams")
+    cert, key = lab.certificate(workdir)
+    mock_port, tls_port, uvicorn_port = lab.free_port(), lab.free_port(), lab.free_port()
+    tracefs_before = lab.tracefs_mounted()
+    with lab.mock_server(workdir, mock_port) as mock, \
+            lab.tls_gateway(tls_port, mock_port, cert, key) as gateway, \
+            lab.mock_tls_server(workdir, uvicorn_port, cert, key) as uvicorn:
+        observer = lab.Observer()
+        try:
+            yield {"plain": f"http://127.0.0.1:{mock_port}", "tls": f"https://127.0.0.1:{tls_port}",
+                   "uvicorn": f"https://127.0.0.1:{uvicorn_port}", "cafile": str(cert),
+                   "mock": mock, "gateway": gateway, "tls_mock": uvicorn, "observer": observer,
+                   "tracefs": tracefs_before, "prompts": []}
+        finally:
+            observer.close()
+
+
+def prompt(setup) -> str:
+    text = f"zl-private-prompt-{uuid.uuid4().hex}"
+    setup["prompts"].append(text)
+    return text
+
+
+def judge(seen: dict, client: dict, tls: bool) -> None:
+    """The observer's client-side record SEEN of one stream against what
+    the SDK yielded (CLIENT)."""
+    assert seen["side"] == "client"
+    assert seen["tls"] is tls
+    assert seen["chunks"] == len(client["times"])
+    assert seen["status"] == client["status"]
+    assert seen["time_to_first_chunk_ms"] <= lab.client_ttft_ms(client)
+    # a median of a few gaps moves with the SDK's slower first yield
+    if len(client["times"]) >= 5:
+        assert abs(seen["chunk_gap_ms"]["p50"] - lab.client_median_gap_ms(client)) <= 2.0
+
+
+def server_of(observer, seen: dict, status: str, tls: bool) -> dict:
+    """The server side's record of the stream whose client side is SEEN."""
+    found = observer.wait_for(lambda s: s["side"] == "server" and s["remote"] == seen["local"], 1)
+    assert len(found) == 1, f"no server side for {seen['local']}"
+    server = found[0]
+    assert server["status"] == status
+    assert server["tls"] is tls
+    assert server["api"] == seen["api"] and server["model"] == seen["model"]
+    assert server["time_to_first_chunk_ms"] is not None
+    return server
+
+
+def client_streams(observer, pid: int, n: int) -> list[dict]:
+    found = observer.wait_for(lambda s: s["pid"] == pid, n)
+    assert len(found) == n, f"{len(found)} streams of pid {pid}, expected {n}"
+    return sorted(found, key=lambda s: s["started_ns"])
+
+
+@pytest.mark.kernel
+@pytest.mark.smoke
+@pytest.mark.capability("streams")
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_plaintext_sdk_streams(setup, api, record_property):
+    record_property("seen", "plaintext from syscall tracepoints, client and server")
+    out = lab.run_client(api, setup["plain"], prompt(setup))
+    [seen] = client_streams(setup["observer"], out["pid"], 1)
+    judge(seen, out["streams"][0], tls=False)
+    assert seen["api"] == api and seen["chunks"] == lab.CHUNKS
+    assert seen["model"] == ("gpt-test" if api == "openai" else "claude-test")
+    server = server_of(setup["observer"], seen, "done", tls=False)
+    assert server["pid"] == setup["mock"].pid and server["chunks"] == lab.CHUNKS
+
+
+@pytest.mark.kernel
+@pytest.mark.smoke
+@pytest.mark.capability("streams")
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_tls_sdk_streams_through_a_gateway(setup, api, record_property):
+    """Four records of one stream: the SDK (TLS client), the gateway's TLS
+    server side and its plaintext client side, the mock's server side."""
+    record_property("seen", "TLS from OpenSSL uprobes, client and server")
+    out = lab.run_client(api, setup["tls"], prompt(setup), "--cafile", setup["cafile"])
+    [seen] = client_streams(setup["observer"], out["pid"], 1)
+    judge(seen, out["streams"][0], tls=True)
+    observer = setup["observer"]
+    gateway = server_of(observer, seen, "done", tls=True)
+    assert gateway["comm"] == "socat" and gateway["chunks"] == lab.CHUNKS
+    [upstream] = observer.wait_for(
+        lambda s: s["pid"] == gateway["pid"] and s["side"] == "client", 1)
+    assert upstream["tls"] is False and upstream["chunks"] == lab.CHUNKS
+    mock = server_of(observer, upstream, "done", tls=False)
+    assert mock["pid"] == setup["mock"].pid and mock["chunks"] == lab.CHUNKS
+
+
+@pytest.mark.parametrize(("api", "cancel"), [("openai", None), ("anthropic", 3)])
+def test_asyncio_tls_on_both_sides(setup, api, cancel):
+    """The SDK's async client and uvicorn serving TLS itself: asyncio's TLS
+    goes through memory BIOs (OpenSSL makes no system call), and still each
+    side's record has its addresses, and a cancel is seen on both."""
+    args = ["--cafile", setup["cafile"], "--async"]
+    out = lab.run_client(api, setup["uvicorn"], prompt(setup),
+                         *args, *(["--cancel-after", str(cancel)] if cancel else []))
+    [seen] = client_streams(setup["observer"], out["pid"], 1)
+    judge(seen, out["streams"][0], tls=True)
+    assert seen["remote"] == setup["uvicorn"].removeprefix("https://")
+    server = server_of(setup["observer"], seen, "cancelled" if cancel else "done", tls=True)
+    assert server["pid"] == setup["tls_mock"].pid
+
+
+@pytest.mark.parametrize("scheme", ["plain", "tls"])
+def test_curl(setup, scheme):
+    text = prompt(setup)
+    body = ('{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"%s"}]}'
+            % text)
+    proc = subprocess.Popen(["curl", "-sN", "--cacert", setup["cafile"], "-H",
+                             "content-type: application/json", "-d", body,
+                             setup[scheme] + "/v1/chat/completions"],
+                            stdout=subprocess.PIPE, text=True)
+    output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "[DONE]" in output
+    [seen] = client_streams(setup["observer"], proc.pid, 1)
+    assert (seen["comm"], seen["tls"], seen["chunks"], seen["status"]) == (
+        "curl", scheme == "tls", lab.CHUNKS, "done")
+    server_of(setup["observer"], seen, "done", tls=scheme == "tls")
+
+
+def test_cancelled_by_the_reader(setup):
+    out = lab.run_client("openai", setup["plain"], prompt(setup), "--cancel-after", "3")
+    [seen] = client_streams(setup["observer"], out["pid"], 1)
+    judge(seen, out["streams"][0], tls=False)
+    assert seen["status"] == "cancelled" and seen["chunks"] == 3
+    server = server_of(setup["observer"], seen, "cancelled", tls=False)
+    assert 3 <= server["chunks"] < lab.CHUNKS
+
+
+def test_process_exits_mid_stream(setup):
+    out = lab.run_client("anthropic", setup["tls"], prompt(setup), "--cafile", setup["cafile"],
+                         "--exit-after", "4")
+    [seen] = client_streams(setup["observer"], out["pid"], 1)
+    assert (seen["chunks"], seen["status"], seen["tls"]) == (4, "cancelled", True)
+    server_of(setup["observer"], seen, "cancelled", tls=True)
+
+
+def test_connection_reset_mid_stream(setup):
+    """This process reads three chunks of a stream, then resets the
+    connection (RST): both sides cancelled, the chunks it read counted."""
+    port = int(setup["plain"].rsplit(":", 1)[1])
+    body = ('{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"%s"}]}'
+            % prompt(setup)).encode()
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                 % (len(body), body))
+    got = b""
+    while got.count(b'"content"') < 3:
+        got += sock.recv(65536)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    [seen] = client_streams(setup["observer"], os.getpid(), 1)
+    assert (seen["chunks"], seen["status"]) == (got.count(b'"content"'), "cancelled")
+    server_of(setup["observer"], seen, "cancelled", tls=False)
+
+
+def test_streams_in_turn_from_one_sdk_client(setup):
+    """A plain (non-SSE) response first, then three streams: three records,
+    none for the plain response."""
+    out = lab.run_client("openai", setup["plain"], prompt(setup), "--plain-first",
+                         "--streams", "3")
+    seen = client_streams(setup["observer"], out["pid"], 3)
+    for record, client in zip(seen, out["streams"]):
+        judge(record, client, tls=False)
+    assert len(setup["observer"].wait_for(lambda s: s["pid"] == out["pid"], 4, timeout=1)) == 3
+
+
+@pytest.mark.parametrize("scheme", ["plain", "tls"])
+def test_several_streams_on_one_keepalive_connection(setup, scheme):
+    """curl reuses its connection: a JSON response, then an OpenAI, an
+    Anthropic and an OpenAI stream in turn on it, each its own record."""
+    text = prompt(setup)
+    base = setup[scheme]
+    openai = ('{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"%s"}]}'
+              % text)
+    anthropic = ('{"model":"claude-test","max_tokens":64,"stream":true,'
+                 '"messages":[{"role":"user","content":"%s"}]}' % text)
+    plain = openai.replace('"stream":true', '"stream":false')
+    args = ["curl", "-sN", "--cacert", setup["cafile"], "-o", "/dev/null",
+            "-H", "content-type: application/json"]
+    cmd = [*args, "-d", plain, base + "/v1/chat/completions"]
+    for body, path in ((openai, "/v1/chat/completions"), (anthropic, "/v1/messages"),
+                       (openai, "/v1/chat/completions")):
+        cmd += ["--next", *args, "-d", body, base + path]
+    proc = subprocess.Popen(cmd)
+    assert proc.wait(30) == 0
+    seen = client_streams(setup["observer"], proc.pid, 3)
+    assert len({s["local"] for s in seen}) == 1  # one connection
+    assert [s["api"] for s in seen] == ["openai", "anthropic", "openai"]
+    for record in seen:
+        assert (record["chunks"], record["status"]) == (lab.CHUNKS, "done")
+    servers = setup["observer"].wait_for(
+        lambda s: s["side"] == "server" and s["remote"] == seen[0]["local"], 3)
+    servers.sort(key=lambda s: s["started_ns"])
+    assert [(s["api"], s["chunks"], s["status"]) for s in servers] == [
+        ("openai", lab.CHUNKS, "done"), ("anthropic", lab.CHUNKS, "done"),
+        ("openai", lab.CHUNKS, "done")]
+
+
+def test_two_streams_interleaved_in_one_process(setup):
+    out = lab.run_client("anthropic", setup["plain"], prompt(setup), "--parallel",
+                         "--streams", "2")
+    seen = client_streams(setup["observer"], out["pid"], 2)
+    assert len({s["local"] for s in seen}) == 2  # two connections
+    # at the same time: each started before the other ended
+    a, b = seen
+    assert b["started_ns"] < a["started_ns"] + a["duration_ms"] * 1e6
+    for record in seen:
+        assert (record["chunks"], record["status"]) == (lab.CHUNKS, "done")
+        assert any(abs(record["chunk_gap_ms"]["p50"] - lab.client_median_gap_ms(c)) <= 2.0
+                   for c in out["streams"])
+
+
+def test_zz_ends_cleanly_and_says_nothing_private(setup):
+    """Last (zz): SIGINT ends the observer with status 0, its programs and
+    probes gone and tracefs as it was; nothing it printed holds a prompt or
+    the reply."""
+    observer = setup["observer"]
+    progs, perf_events = lab.held_probes(observer.proc.pid)
+    # 17 syscall tracepoints and sched_process_exit; 8 uprobes a library,
+    # running 5 programs
+    assert perf_events >= 18 + 8 and len(progs) == 18 + 5
+    assert observer.interrupt() == 0
+    text = "".join(observer.stdout) + "".join(observer.stderr)
+    for secret in setup["prompts"] + [lab.REPLY[:20], lab.REPLY[20:40]]:
+        assert secret not in text
+    assert "not seen:" in observer.stderr[0]
+    assert lab.tracefs_mounted() == setup["tracefs"]
+    assert not [p for p in progs if lab.prog_exists(p)]

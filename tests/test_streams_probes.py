@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The pieces under `zerolayer streams`: the event struct shared with the
+C, the kernel field offsets read from BTF, the OpenSSL libraries found in
+processes' maps, and what the program tracks and copies (a server and a
+client of our own where only exact byte shapes will do)."""
+
+import ctypes
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.streams import btf, libraries, probes
+
+
+def test_btf_offsets_of_well_known_fields():
+    types = btf.vmlinux()
+    assert types.offset("list_head", "prev") == 8
+    assert types.offset("hlist_node", "pprev") == 8
+    # through anonymous unions and structs, and a nested path
+    assert types.offset("sock_common", "skc_daddr") == 0
+    assert types.offset("sock", "__sk_common.skc_rcv_saddr") == 4
+    assert set(probes.kernel_offsets()) == {f"ZL_ST_OFF_{n}" for n in probes.KERNEL_FIELDS}
+    with pytest.raises(ZerolayerError, match="no nosuchfield"):
+        types.offset("list_head", "nosuchfield")
+
+
+def test_each_openssl_library_is_found_once():
+    """Two processes mapping the same libssl: one library, openable by the
+    path found."""
+    code = "import ssl, sys; print('up', flush=True); sys.stdin.read()"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "up"
+        found = libraries.scan([p.pid for p in procs])
+        assert len(found) == 1
+        assert found[0].path.endswith(("libssl.so.3", "libssl.so.1.1"))
+        st = os.stat(found[0].path)
+        assert (st.st_dev, st.st_ino) == (found[0].dev, found[0].inode)
+        assert libraries.scan([2]) == []  # kthreadd maps nothing
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.root
+def test_the_event_struct_is_the_pythons():
+    from bcc import BPF
+
+    from pyxdp.xdp import compiler
+
+    b = BPF(text=b'#include <uapi/linux/bpf.h>\n#include "streams.h"\n'
+                 b"BPF_ARRAY(zl_test_st_event, struct zl_st_event, 1);\n",
+            cflags=[*compiler.compile_flags(), *compiler.define_flags(probes.c_defines())])
+    try:
+        ctype = b[b"zl_test_st_event"].Leaf
+        fields = [(name, getattr(ctype, name).offset, getattr(ctype, name).size)
+                  for name, *_ in ctype._fields_]
+        assert fields == probes.EVENT.offsets()
+        assert ctypes.sizeof(ctype) == probes.EVENT.size
+    finally:
+        b.cleanup()
+
+
+class Recorder:
+    """A tracker that keeps what the session gives it: sizes and times, and
+    the bytes, which this test alone looks at."""
+
+    def __init__(self):
+        self.described: dict = {}
+        self.bytes: dict = {}
+        self.lost: dict = {}
+        self.ends: list = []
+        self.exited: list = []
+
+    def describe(self, conn, **kw):
+        self.described[conn] = kw
+
+    def data(self, conn, outgoing, payload, t_ns, lost=0):
+        key = (conn, outgoing)
+        self.bytes[key] = self.bytes.get(key, b"") + payload
+        self.lost[key] = self.lost.get(key, 0) + lost
+
+    def closed(self, conn, t_ns):
+        self.ends.append(conn)
+
+    def process_exited(self, pid, t_ns):
+        self.exited.append(pid)
+
+
+@pytest.fixture(scope="module")
+def watched():
+    """The program loaded for every process: it ignores its loader's own
+    sockets, so the tests' peer is another process."""
+    from pyxdp.streams import session
+
+    p = probes.Probes(pids=[])
+    rec = Recorder()
+    s = session.Session(p, rec)
+    try:
+        yield p, s, rec
+    finally:
+        p.close()
+
+
+def drain(s, seconds=0.5):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        s.poll(50)
+
+
+PEER = r"""
+import socket, sys, time
+mode, port = sys.argv[1], int(sys.argv[2])
+c = socket.create_connection(("127.0.0.1", port))
+if mode == "http":
+    c.sendall(b"POST /v1/x HTTP/1.1\r\nHost: a\r\n\r\n")
+    big = b"data: " + b"x" * 40000 + b"\n\n"
+    c.sendall(b"HTTP/1.1 200 OK\r\n\r\n" + big)       # one write, beyond 4 pieces
+    c.sendmsg([b"data: a\n\n", b"data: b\n\n"])          # vectored
+elif mode == "other":
+    c.sendall(b"\x00\x01binary, not http" * 10)
+elif mode == "h2":
+    c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00" * 100)
+    c.sendall(b"more http2 frames")
+time.sleep(0.2)
+c.close()
+"""
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("mode", ["http", "other", "h2"])
+def test_what_is_tracked_and_copied(watched, mode):
+    """HTTP is tracked and copied (a long write in 4 pieces, the rest
+    counted as lost at the next bytes, a vectored write whole); bytes that
+    are not HTTP are not; HTTP/2's preface is passed once, then nothing."""
+    p, s, rec = watched
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    peer = subprocess.Popen([sys.executable, "-c", PEER, mode, str(port)])
+    conn, _ = srv.accept()
+    got = []
+    reader = threading.Thread(target=lambda: got.append(b"".join(iter(
+        lambda: conn.recv(65536), b""))))
+    reader.start()
+    assert peer.wait(10) == 0
+    reader.join(10)
+    conn.close()
+    srv.close()
+    drain(s)
+    mine = {k: v for k, v in rec.bytes.items() if k[0][0] == peer.pid}
+    if mode == "other":
+        assert mine == {}
+        return
+    key = next(k for k in mine if k[1])
+    conn_id = key[0]
+    assert rec.described[conn_id]["comm"] == os.path.basename(sys.executable)[:15]
+    assert rec.described[conn_id]["remote"] == f"127.0.0.1:{port}"
+    assert rec.described[conn_id]["tls"] is False
+    sent = mine[key]
+    if mode == "h2":
+        assert sent.startswith(b"PRI * HTTP/2.0") and b"more http2" not in sent
+        return
+    total = got[0]
+    piece = probes.PIECE * probes.PIECES
+    # the big write: its first 4 pieces, then the rest missed; the next
+    # write's bytes follow with the gap counted before them
+    head = len(b"POST /v1/x HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert sent[:head + piece] == total[:head + piece]
+    assert rec.lost[key] == len(total) - len(sent)
+    assert sent.endswith(b"data: a\n\ndata: b\n\n")
+    assert conn_id in rec.ends
+    assert s.failures == {}
