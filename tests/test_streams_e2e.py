@@ -82,7 +82,7 @@ def client_streams(observer, pid: int, n: int) -> list[dict]:
 @pytest.mark.capability("streams")
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_plaintext_sdk_streams(setup, api, record_property):
-    record_property("seen", "plaintext from syscall tracepoints, client and server")
+    record_property("seen", "plaintext (tracepoints)")
     out = lab.run_client(api, setup["plain"], prompt(setup))
     [seen] = client_streams(setup["observer"], out["pid"], 1)
     judge(seen, out["streams"][0], tls=False)
@@ -99,7 +99,7 @@ def test_plaintext_sdk_streams(setup, api, record_property):
 def test_tls_sdk_streams_through_a_gateway(setup, api, record_property):
     """Four records of one stream: the SDK (TLS client), the gateway's TLS
     server side and its plaintext client side, the mock's server side."""
-    record_property("seen", "TLS from OpenSSL uprobes, client and server")
+    record_property("seen", "TLS (OpenSSL uprobes)")
     out = lab.run_client(api, setup["tls"], prompt(setup), "--cafile", setup["cafile"])
     [seen] = client_streams(setup["observer"], out["pid"], 1)
     judge(seen, out["streams"][0], tls=True)
