@@ -240,15 +240,18 @@ hostile_files() {
     cp "$CONF" "$CONF.good"
     for kind in world-writable foreign-owned dev-zero fifo deep huge; do
         cursor="$(journalctl -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p')"
-        rm -f "$CONF"
+        # Made beside it, then renamed over it: --watch never sees the file
+        # missing (which would be a version of its own, logged too).
+        rm -f "$CONF.new"
         case "$kind" in
-            world-writable) cp "$CONF.good" "$CONF"; chmod 0666 "$CONF" ;;
-            foreign-owned) cp "$CONF.good" "$CONF"; chown nobody "$CONF" ;;
-            dev-zero) ln -s /dev/zero "$CONF" ;;
-            fifo) mkfifo "$CONF" ;;
-            deep) $PY -c 'print("x = " + "[" * 5000 + "]" * 5000)' >"$CONF" ;;
-            huge) head -c 2097152 /dev/zero | tr '\0' '#' >"$CONF" ;;
+            world-writable) cp "$CONF.good" "$CONF.new"; chmod 0666 "$CONF.new" ;;
+            foreign-owned) cp "$CONF.good" "$CONF.new"; chown nobody "$CONF.new" ;;
+            dev-zero) ln -s /dev/zero "$CONF.new" ;;
+            fifo) mkfifo "$CONF.new" ;;
+            deep) $PY -c 'print("x = " + "[" * 5000 + "]" * 5000)' >"$CONF.new" ;;
+            huge) head -c 2097152 /dev/zero | tr '\0' '#' >"$CONF.new" ;;
         esac
+        mv -Tf "$CONF.new" "$CONF"
         systemctl reload zerolayer.service
         sleep 3
         [ "$(systemctl show -P MainPID zerolayer.service)" = "$pid" ] || fail "$kind file: zerolayer.service died or restarted"
@@ -258,8 +261,7 @@ hostile_files() {
         [ ${#lines[@]} -eq 1 ] || fail "the $kind file logged ${#lines[@]} lines, wanted 1"
         ok "$kind file: refused in one line, same process, last good configuration kept"
     done
-    rm -f "$CONF"
-    mv "$CONF.good" "$CONF"
+    mv -Tf "$CONF.good" "$CONF"
     echo "    memory of zerolayer.service: $(systemctl show -P MemoryCurrent zerolayer.service) bytes, max $(systemctl show -P MemoryMax zerolayer.service)"
     phase "hostile files"
 }
