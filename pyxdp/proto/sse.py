@@ -285,7 +285,7 @@ class SseEvents:
             b = b.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = b.split(b"\n")
         tail = lines.pop()
-        for line in lines:
+        for line in lines:  # _line_ inlined: this loop runs for every line of every stream
             if line[:6] == b"data: ":
                 self._add_data(line[6:])
             elif not line:
