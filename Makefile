@@ -13,13 +13,14 @@
 # unit and lint need no root and no apt: pip installs the package (editable)
 # and its test and lint extras from PyPI into VENV. bcc is not among them
 # (Debian's python3-bpfcc only), and no test that runs there needs it.
-# Variables: VENV (.venv), PYTEST_ARGS, KERNELS (those of .ci/run),
+# Variables: VENV (.venv), PYTEST_ARGS, KERNELS (CI's: those
+# vagrant/vm/kernels marks ci),
 # MATRIX_ARGS (--smoke KERNELS), MANDIR (build/man).
 
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PYTEST_ARGS ?=
-KERNELS ?= $(shell sed -n 's/^KERNELS=(\(.*\))$$/\1/p' .ci/run)
+KERNELS ?= $(shell bash -c '. vagrant/vm/lib.sh && kernel_names ci')
 MATRIX_ARGS ?= --smoke $(KERNELS)
 MANDIR ?= build/man
 

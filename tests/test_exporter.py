@@ -85,21 +85,12 @@ def test_metrics_after_a_known_replay(lab, running_exporter):
         assert len(info) == 1 and info[0]["mode"] == "native"
         assert info[0]["parser"] == parsers.for_this_kernel()
 
-        plain = {"packets": "zerolayer_packets_total", "other": "zerolayer_other_packets_total",
-                 "fragments": "zerolayer_fragments_total",
-                 "beyond_window": "zerolayer_beyond_window_total",
-                 "token_datagrams": "zerolayer_token_datagrams_total",
-                 "payload_bytes": "zerolayer_payload_bytes_total",
-                 "redirected": "zerolayer_redirected_total",
-                 "fallback_passed": "zerolayer_fallback_passed_total",
-                 "malformed_dropped": "zerolayer_malformed_dropped_total",
-                 "malformed_passed": "zerolayer_malformed_passed_total"}
-        for key, name in plain.items():
-            assert value(got, name, **me) == want[key], key
-        for t in counters.FRAME_LABELS:
-            assert value(got, "zerolayer_frames_total", type=t, **me) == want[f"frames.{t}"], t
-        for r in counters.REASONS:
-            assert value(got, "zerolayer_malformed_total", reason=r, **me) == want[f"malformed.{r}"], r
+        for c in counters.COUNTERS:  # every counter, named as its row of the table says
+            for reason in c.reasons:
+                assert value(got, c.prometheus + "_total", **{c.by: reason}, **me) == \
+                    want[f"{c.name}.{reason}"], (c.name, reason)
+            if not c.by:
+                assert value(got, c.prometheus + "_total", **me) == want[c.name], c.name
 
         # Gap samples the replay implies: every token but each stream's
         # first; bucket 0 holds the tokens that shared a datagram (scapy
@@ -199,11 +190,11 @@ def test_the_dashboard_uses_only_exported_metrics(lab, cli):
     exported |= {f"zerolayer_xsk_{n}_total" for n in xsk_sockets.XSK_STATS} | {"zerolayer_xsk_info"}
     # The token streams' series are served with --streams (tests/test_exporter_streams.py
     # serves them for real): here, what their metrics render once a stream was seen.
-    streams = StreamMetrics()
+    streams = StreamMetrics(counters=lambda: {})  # the tracker's counters, all 0
     labels = ("client", "openai", "false", "")
     streams.first_chunk(labels, 0.1)
     streams.chunk(labels)
-    streams.gap(labels, 0.01, False)
+    streams.gap(labels, 0.01, True)
     streams.finished(labels, "done", 1)
     exported |= {s.name for f in text_string_to_metric_families(streams.render().decode())
                  for s in f.samples}

@@ -18,16 +18,12 @@ VENV="${ZEROLAYER_VENV:-/opt/zerolayer/venv}"
 ACTION="${1:-}"
 [ $# -gt 0 ] && shift
 
-say() { printf 'provision: %s\n' "$*"; }
-updated=""
-apt_install() {
-    export DEBIAN_FRONTEND=noninteractive
-    [ -n "$updated" ] || { apt-get update -q; updated=1; }
-    apt-get install -y -q --no-install-recommends "$@"
-}
-die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
+ZL_ME=provision
+# say, die, need_root, apt_install, apt_update
+# shellcheck source=vagrant/vm/lib.sh
+. "$REPO/vagrant/vm/lib.sh"
 
-[ "$(id -u)" -eq 0 ] || die "run me as root (sudo bash vagrant/provision.sh ${ACTION})"
+need_root "sudo bash vagrant/provision.sh ${ACTION}"
 case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (use: demo, test, lint, dev)";; esac
 
 # --- apt packages ----------------------------------------------------------
@@ -78,8 +74,7 @@ fi
 # only promtool is put on PATH.
 PROMTOOL_DIR=/opt/zerolayer/prometheus
 if [ ! -x "$PROMTOOL_DIR/usr/bin/promtool" ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    [ -n "$updated" ] || { apt-get update -q; updated=1; }
+    apt_update
     deb_dir="$(mktemp -d)"
     if (cd "$deb_dir" && apt-get download -q prometheus >/dev/null) \
         && dpkg-deb -x "$deb_dir"/prometheus_*.deb "$PROMTOOL_DIR"; then
@@ -148,7 +143,7 @@ rm -rf "$REPO/build"
 "$VENV/bin/python" -c "import setuptools, wheel" 2>/dev/null \
     || "$VENV/bin/pip" install --quiet --disable-pip-version-check "setuptools>=64" wheel
 "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation \
-    "${EDITABLE[@]}" "$REPO[$EXTRAS]"
+    "${EDITABLE[@]}" "${REPO}[$EXTRAS]"
 ln -sfn "$VENV/bin/zerolayer" /usr/local/bin/zerolayer
 say "ready: $("$VENV/bin/zerolayer" --version)"
 

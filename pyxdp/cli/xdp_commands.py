@@ -172,6 +172,7 @@ def stats(iface, watch, show_flows, top, window, netns, as_json):
 
 
 def _stats(iface, watch, show_flows, top, window, netns, as_json) -> None:
+    from pyxdp.proto import counters
     from pyxdp.xdp import stats as stats_mod
 
     if show_flows:
@@ -192,20 +193,10 @@ def _stats(iface, watch, show_flows, top, window, netns, as_json) -> None:
             if as_json:
                 emit_json(snap)
             else:
-                r = snap["rates"]
-                # only the direct parser leaves datagrams unjudged
-                beyond = (f"{number(r['beyond_window'])} beyond-window/s  "
-                          if snap["parser"] == "direct" else "")
-                click.echo(
-                    f"{iface}  {number(r['packets'])} pkt/s  "
-                    f"{number(r['token_datagrams'])} token dgram/s  "
-                    f"{number(sum(r['frames'].values()))} frames/s  "
-                    f"{number(sum(r['malformed'].values()))} malformed/s  {beyond}"
-                    f"{number(r['redirected'])} redirected/s  "
-                    f"{number(r['forwarded'])} forwarded/s  "
-                    f"{number(r['fallback_passed'])} fallback/s  "
-                    f"{number(r['other'])} other/s"
-                )
+                # the counters the table gives a view, as top shows them
+                rates = counters.viewed(counters.flatten(snap["rates"]), snap["parser"])
+                click.echo("  ".join([iface] + [f"{number(v)} {c.view}/s" for c, v in
+                                                zip(counters.VIEWED, rates) if v is not None]))
     except KeyboardInterrupt:
         pass
 

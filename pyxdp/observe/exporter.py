@@ -4,8 +4,9 @@ has pins for, read at each scrape from the pinned maps (no compile, no
 state of its own).
 
 Per interface (labels interface, netns; netns is "" outside a namespace):
-the XDP counters, the token gap histogram of all its flows, the size of its
-flow table, and its AF_XDP sockets.
+the XDP counters (each as its row of pyxdp.proto.counters says), the token
+gap histogram of all its flows, the size of its flow table, and its AF_XDP
+sockets.
 Per-flow series are left out on purpose: a flow is keyed by source port, so
 they would grow without bound; `zerolayer stats --flows` and `zerolayer top`
 show flows.
@@ -50,18 +51,11 @@ class ZerolayerCollector:
             self._log(line)
 
     def collect(self):
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
+        from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
         seen, errors = flows.observe_all(self._only_netns)
         for line in errors:
             self._note(f"skipped {line}")
-
-        def counter(name, doc, extra=()):
-            return CounterMetricFamily(f"zerolayer_{name}", doc, labels=self.IFACE + list(extra))
 
         def gauge(name, doc, extra=()):
             return GaugeMetricFamily(f"zerolayer_{name}", doc, labels=self.IFACE + list(extra))
@@ -71,26 +65,9 @@ class ZerolayerCollector:
         info = gauge("xdp_info", "The XDP program in effect (value 1): its mode and parser "
                                  "(full, or direct on kernels without bpf_xdp_load_bytes)",
                      ["mode", "program_id", "parser"])
-        plain = {
-            "packets": counter("packets", "Packets the XDP program saw"),
-            "other": counter("other_packets", "Packets that are not token traffic, passed untouched"),
-            "fragments": counter("fragments", "IP fragments, passed unparsed"),
-            "beyond_window": counter("beyond_window", "Token-port datagrams passed unjudged: a "
-                                     "frame header lies past what the direct parser can read"),
-            "token_datagrams": counter("token_datagrams", "UDP datagrams whose every frame is valid"),
-            "payload_bytes": counter("payload_bytes", "Frame payload bytes in token datagrams"),
-            "redirected": counter("redirected", "Token datagrams redirected to an AF_XDP socket"),
-            "fallback_passed": counter("fallback_passed",
-                                       "Token datagrams passed to the kernel: no AF_XDP socket on their queue"),
-            "malformed_dropped": counter("malformed_dropped", "Malformed datagrams dropped"),
-            "malformed_passed": counter("malformed_passed", "Malformed datagrams passed (policy pass)"),
-            "forwarded": counter("forwarded", "Token datagrams routed out of an egress interface "
-                                              "by XDP forwarding"),
-        }
-        frames = counter("frames", "Frames in token datagrams, by type", ["type"])
-        malformed = counter("malformed", "Malformed datagrams, by the first reason met", ["reason"])
-        not_forwarded = counter("not_forwarded", "Token datagrams XDP forwarding left to the "
-                                                 "normal verdict, by reason", ["reason"])
+        # The XDP counters, from their table: the plain ones, then those by reason.
+        table = sorted(counters.COUNTERS, key=lambda c: bool(c.by))
+        families = {c.name: counters.family(c, tuple(self.IFACE)) for c in table}
         gaps = HistogramMetricFamily(
             "zerolayer_token_gap_seconds",
             "Time between consecutive TOKEN frames of a flow, all flows of the interface "
@@ -106,21 +83,17 @@ class ZerolayerCollector:
             attached.add_metric(lab, 1 if o.attached else 0)
             if o.attached:
                 info.add_metric(lab + [o.mode or "", str(o.program_id), o.parser or ""], 1)
-            for key, fam in plain.items():
-                fam.add_metric(lab, o.counters[key])
-            for label in counters.FRAME_LABELS:
-                frames.add_metric(lab + [label], o.counters[f"frames.{label}"])
-            for reason in counters.REASONS:
-                malformed.add_metric(lab + [reason], o.counters[f"malformed.{reason}"])
-            for reason in counters.FORWARD_REASONS:
-                not_forwarded.add_metric(lab + [reason], o.counters[f"forward.{reason}"])
+            for c in table:
+                for reason in c.reasons:
+                    families[c.name].add_metric(lab + [reason], o.counters[f"{c.name}.{reason}"])
+                if not c.by:
+                    families[c.name].add_metric(lab, o.counters[c.name])
             gaps.add_metric(lab, _cumulative_buckets(o.gap_hist), o.gap_sum_ns / 1e9)
             tracking.add_metric(lab, 1 if o.flow_tracking else 0)
             nflows.add_metric(lab, len(o.flows))
             capacity.add_metric(lab, o.flows_capacity)
 
-        yield from (attached, info, *plain.values(), frames, malformed, not_forwarded, gaps, tracking,
-                    nflows, capacity)
+        yield from (attached, info, *families.values(), gaps, tracking, nflows, capacity)
         yield from self._xsk_families(seen)
         yield GaugeMetricFamily("zerolayer_exporter_skipped_interfaces",
                                 "Pin dirs that could not be read at this scrape", value=len(errors))

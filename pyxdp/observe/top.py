@@ -22,10 +22,21 @@ MIN_INTERVAL, MAX_INTERVAL = 0.25, 10.0
 BAR_WIDTH = 30
 
 
-def _rate(after: dict, before: dict | None, key: str, seconds: float) -> str:
+# A column per counter the table gives a view (pyxdp.proto.counters.VIEWED).
+RATE_HEADINGS = tuple(f"{c.view.upper()}/S" for c in counters.VIEWED)
+
+
+def _rate_cells(o: flows.Observation, before: flows.Observation | None,
+                seconds: float) -> list[str]:
+    """O's rate of each viewed counter since BEFORE, "-" where there is none."""
     if before is None or seconds <= 0:
-        return "-"
-    return number(round((after[key] - before[key]) / seconds, 1))
+        return ["-"] * len(RATE_HEADINGS)
+    rates = {k: v / seconds for k, v in counters.delta(o.counters, before.counters).items()}
+    return ["-" if v is None else number(round(v, 1)) for v in counters.viewed(rates, o.parser)]
+
+
+def _cells(cells) -> str:
+    return " ".join(f"{cell:>{max(len(h), 8)}}" for h, cell in zip(RATE_HEADINGS, cells))
 
 
 def _flow_rows(o: flows.Observation, before: flows.Observation | None, seconds: float,
@@ -88,24 +99,14 @@ def render(now: list[flows.Observation], before: dict, seconds: float, errors: l
         lines += ["", "no interface has zerolayer attached (see `zerolayer status`; "
                       "attach with `zerolayer attach IFACE`)"]
     af_xdp = _af_xdp(now)
-    lines += [""] + [f"{'INTERFACE':<32} {'MODE':<7} {'AF_XDP':<7} {'PARSER':<6} {'PKT/S':>9} "
-                     f"{'TOKEN DGRAM/S':>13} {'TOKENS/S':>9} {'MALFORMED/S':>11} {'BEYOND/S':>8} "
-                     f"{'REDIRECT/S':>10} {'FORWARD/S':>9} {'FALLBACK/S':>10} {'FLOWS':>6}"]
+    lines += [""] + [f"{'INTERFACE':<32} {'MODE':<7} {'AF_XDP':<7} {'PARSER':<6} "
+                     f"{_cells(RATE_HEADINGS)} {'FLOWS':>6}"]
     previous = [before.get((o.netns, o.interface)) for o in now]
     for o, prev in zip(now, previous):
-        b = prev.counters if prev else None
-        c = o.counters
-        name = _name(o)
-        malformed = "-" if b is None or seconds <= 0 else number(round(
-            sum(c[f"malformed.{r}"] - b[f"malformed.{r}"] for r in counters.REASONS) / seconds, 1))
         lines.append(
-            f"{name[-32:]:<32} {(o.mode or 'stale'):<7} "
+            f"{_name(o)[-32:]:<32} {(o.mode or 'stale'):<7} "
             f"{_af_xdp_cell(af_xdp.get((o.netns, o.interface), [])):<7} {(o.parser or '-'):<6} "
-            f"{_rate(c, b, 'packets', seconds):>9} {_rate(c, b, 'token_datagrams', seconds):>13} "
-            f"{_rate(c, b, 'frames.token', seconds):>9} {malformed:>11} "
-            f"{_rate(c, b, 'beyond_window', seconds):>8} {_rate(c, b, 'redirected', seconds):>10} "
-            f"{_rate(c, b, 'forwarded', seconds):>9} "
-            f"{_rate(c, b, 'fallback_passed', seconds):>10} {len(o.flows):>6}")
+            f"{_cells(_rate_cells(o, prev, seconds))} {len(o.flows):>6}")
     for o, prev in zip(now, previous):
         name = _name(o)
         lines += ["", f"{name}: top flows by tokens/s"]

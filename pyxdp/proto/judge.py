@@ -219,7 +219,7 @@ def expected(
         delta["other"] = 1
         return Expected(XDP_PASS, delta)
     if direct and beyond_window(seen.payload, seen.payload_off, max_frames):
-        delta[counters.BEYOND_WINDOW] = 1
+        delta["beyond_window"] = 1
         return Expected(XDP_PASS, delta)
     verdict = judge_datagram(seen.payload, max_frames)
     # Only a datagram whose frames are all valid has its checksum checked.

@@ -3,16 +3,18 @@
 tracker as chunks come (a gap is observed when its chunk is read or
 written, not when the stream ends) and when streams end.
 
-The histograms are named after OpenTelemetry's GenAI chunk metrics:
-zerolayer_stream_time_to_first_chunk_seconds and
-zerolayer_stream_time_per_output_chunk_seconds (the gaps), labelled side,
-api, tls and model. model is bounded: the first MAX_MODELS names seen keep
-their own series, any later one is "other"; a stream that names none is
-"unknown".
+Their names, help, units and labels are rows of the table of counters and
+metrics (pyxdp.proto.counters, STREAM_METRICS). The histograms are named
+after OpenTelemetry's GenAI chunk metrics (time to first chunk, time per
+output chunk), labelled side, api, tls and model. model is bounded: the
+first MAX_MODELS names seen keep their own series, any later one is
+"other"; a stream that names none is "unknown".
 """
 
 import threading
 from bisect import bisect_left
+
+from pyxdp.proto import counters as table
 
 MAX_MODELS = 50
 # OpenTelemetry's advice for time_to_first_token, with finer steps below 10 ms.
@@ -22,8 +24,6 @@ TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0
 # sub-10 ms range a kernel sees (chunks sharing a read are 0 apart).
 GAP_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
                0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
-LABELS = ("side", "api", "tls", "model")
-STATUSES = ("done", "cancelled", "error")
 
 
 class _Series:
@@ -121,74 +121,54 @@ class StreamMetrics:
         return generate_latest(reg)
 
     def families(self):
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
+        """Their families, each named, described and labelled as its row of
+        pyxdp.proto.counters says."""
         from prometheus_client.utils import floatToGoString
 
         with self._lock:
-            table = sorted(self._series.items())
+            series = sorted(self._series.items())
             streams, evicted = sorted(self._streams.items()), self._evicted
 
-        def hist(name, doc, bounds, counts_of, sum_of):
-            fam = HistogramMetricFamily(name, doc, labels=list(LABELS))
+        def hist(m, bounds, counts_of, sum_of):
+            fam = table.family(m)
             les = [floatToGoString(b) for b in bounds] + ["+Inf"]
-            for key, series in table:
-                counts = list(counts_of(series))
+            for key, one in series:
+                counts = list(counts_of(one))
                 if not sum(counts):
                     continue
                 run, buckets = 0, []
                 for le, c in zip(les, counts):
                     run += c
                     buckets.append((le, run))
-                fam.add_metric(list(key), buckets, sum_of(series))
+                fam.add_metric(list(key), buckets, sum_of(one))
             return fam
 
-        def counter(name, doc, value_of):
-            fam = CounterMetricFamily(name, doc, labels=list(LABELS))
-            for key, series in table:
-                value = value_of(series)
+        def counter(m, value_of):
+            fam = table.family(m)
+            for key, one in series:
+                value = value_of(one)
                 if value:
                     fam.add_metric(list(key), value)
             return fam
 
-        yield hist("zerolayer_stream_time_to_first_chunk_seconds",
-                   "Time from a streaming request's last byte to its first chunk (client side: "
-                   "written to read; server side: read to written)", TTFT_BUCKETS,
-                   lambda x: x.ttft, lambda x: x.ttft_sum)
-        yield hist("zerolayer_stream_time_per_output_chunk_seconds",
-                   "Time between consecutive chunks of a stream, observed as each chunk passes",
-                   GAP_BUCKETS, lambda x: x.gaps, lambda x: x.gaps_sum)
-        by_status = CounterMetricFamily("zerolayer_streams", "Token streams that ended, by status",
-                                        labels=["side", "api", "tls", "status"])
+        yield hist(table.STREAM_TTFT, TTFT_BUCKETS, lambda x: x.ttft, lambda x: x.ttft_sum)
+        yield hist(table.STREAM_GAPS, GAP_BUCKETS, lambda x: x.gaps, lambda x: x.gaps_sum)
+        by_status = table.family(table.STREAMS_ENDED)
         for key, value in streams:
             by_status.add_metric(list(key), value)
         yield by_status
-        yield counter("zerolayer_stream_chunks", "Chunks (events carrying generated output)",
-                      lambda x: x.chunks)
-        yield counter("zerolayer_stream_tokens", "Output tokens, as the streams' usage reports "
-                      "them, counted when a stream ends", lambda x: x.tokens)
-        yield counter("zerolayer_stream_stalls", "Gaps between chunks longer than the stall "
-                      "threshold", lambda x: x.stalls)
-        yield CounterMetricFamily("zerolayer_stream_evictions",
-                                  "Open streams dropped to keep the tracker bounded",
-                                  value=evicted)
+        yield counter(table.STREAM_CHUNKS, lambda x: x.chunks)
+        yield counter(table.STREAM_TOKENS, lambda x: x.tokens)
+        yield counter(table.STREAM_STALLS, lambda x: x.stalls)
+        yield table.family(table.STREAM_EVICTIONS, value=evicted)
         if self._counters is not None:
             c = self._counters()
-            yield GaugeMetricFamily("zerolayer_streams_open", "Token streams under way",
-                                    value=c.get("streams_open", 0))
-            unsupported = CounterMetricFamily(
-                "zerolayer_stream_unsupported",
-                "What was recognised but not parsed: HTTP/2 connections, compressed streaming "
-                "responses, upgraded connections", labels=["kind"])
-            for kind in ("http2", "compressed", "upgraded"):
+            yield table.family(table.STREAMS_OPEN, value=c.get("streams_open", 0))
+            unsupported = table.family(table.STREAM_UNSUPPORTED)
+            for kind in table.STREAM_UNSUPPORTED.reasons:
                 unsupported.add_metric([kind], c.get(kind, 0))
             yield unsupported
-            yield CounterMetricFamily("zerolayer_stream_lost_bytes",
-                                      "Bytes the capture lost (the parser resynchronised)",
-                                      value=c.get("lost_bytes", 0))
+            yield table.family(table.STREAM_LOST_BYTES, value=c.get("lost_bytes", 0))
 
 
 class _Collector:

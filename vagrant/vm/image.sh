@@ -2,41 +2,33 @@
 # SPDX-License-Identifier: Apache-2.0
 # Build (once) and print the directory of a bootable Debian test image.
 #
-#   bash vagrant/vm/image.sh 5.10    Debian 11's kernel in a Debian 12 userspace
-#   bash vagrant/vm/image.sh 6.1     Debian 12 (bookworm) with its stock kernel
-#   bash vagrant/vm/image.sh 6.12    Debian 13 (trixie) with its stock kernel
-#   bash vagrant/vm/image.sh 7.3     Debian 13 with trixie-backports' kernel
+#   bash vagrant/vm/image.sh KERNEL         build or reuse; print the directory
 #   bash vagrant/vm/image.sh --key KERNEL   print the cache key's parts only
 #
+# KERNEL is a name in vagrant/vm/kernels, which says which Debian userspace
+# and which suite's kernel the image gets.
 # The directory holds rootfs.ext4, vmlinuz, initrd.img and kernel-release.
 # run.sh boots it with -snapshot, so the cached image is never modified.
 # Everything the project needs (provision.sh's apt packages, kernel headers
 # for bcc, the venv with the Python dependencies) is baked in, so provisioning
 # inside the guest only has to pip-install the project itself.
 set -euo pipefail
+# shellcheck source=vagrant/vm/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+ZL_USAGE="image.sh [--key] $(kernel_names | paste -sd'|')"
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
 KEY_ONLY=""
 if [ "${1:-}" = --key ]; then KEY_ONLY=1; shift; fi
 KERNEL="${1:-}"
-CACHE="${ZEROLAYER_VM_CACHE:-/var/cache/zerolayer/vm}"
-
-say() { printf 'image.sh: %s\n' "$*" >&2; }
-die() { say "$*"; exit 1; }
+[ -n "$KERNEL" ] || usage
+kernel_row "$KERNEL" || usage
 # SUITE: the userspace (bcc, Python, libxdp); KSUITE: where the kernel comes from.
-case "$KERNEL" in
-    5.10) SUITE=bookworm KSUITE=bullseye ;;
-    6.1) SUITE=bookworm KSUITE=bookworm ;;
-    6.12) SUITE=trixie KSUITE=trixie ;;
-    7.3) SUITE=trixie KSUITE=trixie-backports ;;
-    *) die "usage: image.sh [--key] 5.10|6.1|6.12|7.3" ;;
-esac
-[ -n "$KEY_ONLY" ] || [ "$(id -u)" -eq 0 ] || die "run me as root (debootstrap and chroot need it)"
+SUITE="$KERNEL_SUITE" KSUITE="$KERNEL_KSUITE"
+[ -n "$KEY_ONLY" ] || need_root "debootstrap and chroot need it"
 
 # --- the mirror: whatever this host's apt already uses -------------------------
 # deb822 first (Debian 12's default), then the one-line format. Prints the URIs
-# of the sources serving exactly suite $1 (bookworm, bookworm-security).
+# of the sources serving exactly suite $1 (a release, or its -security).
 mirror_uri() {
     local suite="$1" f
     for f in /etc/apt/sources.list.d/*.sources; do
@@ -67,11 +59,11 @@ SECURITY="${SECURITY%%$'\n'*}"
 # --- what the image depends on ------------------------------------------------
 # provision.sh owns the project's apt package list; read it from there rather
 # than keep a second copy that would drift.
-read -r -a PROJECT_PKGS <<<"$(sed -n 's/^PACKAGES=(\(.*\))$/\1/p' "$REPO/vagrant/provision.sh")"
+read -r -a PROJECT_PKGS <<<"$(sed -n 's/^PACKAGES=(\(.*\))$/\1/p' "$ZL_REPO/vagrant/provision.sh")"
 [ ${#PROJECT_PKGS[@]} -gt 0 ] || die "found no PACKAGES=(...) line in vagrant/provision.sh"
 # Its best-effort ones too (the bench's C consumer): the guest has no network,
 # so what the image lacks, provision.sh cannot add there.
-read -r -a BENCH_DEV_PKGS <<<"$(sed -n 's/^BENCH_DEV_PACKAGES=(\(.*\))$/\1/p' "$REPO/vagrant/provision.sh")"
+read -r -a BENCH_DEV_PKGS <<<"$(sed -n 's/^BENCH_DEV_PACKAGES=(\(.*\))$/\1/p' "$ZL_REPO/vagrant/provision.sh")"
 EXTRA_PKGS=(initramfs-tools kmod util-linux iproute2 python3 python3-venv python3-bpfcc
             ca-certificates procps iputils-ping socat haproxy gcc libc6-dev tmux)
 # Only the dependency lists of pyproject.toml matter: a change elsewhere in it
@@ -80,20 +72,25 @@ PYDEPS="$(/usr/bin/python3 -c '
 import sys, tomllib
 p = tomllib.load(open(sys.argv[1], "rb"))["project"]
 print("\n".join(p["dependencies"] + ["[test]"] + p["optional-dependencies"]["test"]))
-' "$REPO/pyproject.toml")"
-INPUTS_HASH="$( { cat "${BASH_SOURCE[0]}" "$HERE/zl-init"; echo "${PROJECT_PKGS[*]} ${BENCH_DEV_PKGS[*]}";
-                  echo "$PYDEPS"; echo "$KERNEL"; } | sha256sum | cut -d' ' -f1)"
+' "$ZL_REPO/pyproject.toml")"
+# The library's image helpers as bash sees them, and the kernel's line of
+# vagrant/vm/kernels but its "where" (moving a kernel out of CI rebuilds
+# nothing).
+INPUTS_HASH="$( { cat "${BASH_SOURCE[0]}" "$ZL_VM/zl-init"; image_helpers;
+                  echo "${PROJECT_PKGS[*]} ${BENCH_DEV_PKGS[*]}";
+                  echo "$PYDEPS"; echo "$KERNEL $SUITE $KSUITE"; } | sha256sum | cut -d' ' -f1)"
 # The other half of the key: the archive's current kernel in every suite the
 # image's apt takes it from, so a Debian kernel update rebuilds the image.
 # (The same suites the image's apt sources list below.)
+# The userspace's own release brings its -updates; backports and an older
+# release (whose -updates the image does not list) do not.
 case "$KSUITE" in
-    *-backports) KEY_SOURCES=("$MIRROR" "$KSUITE") ;;
-    bullseye) KEY_SOURCES=("$MIRROR" bullseye) ;;
-    *) KEY_SOURCES=("$MIRROR" "$KSUITE" "$MIRROR" "$KSUITE-updates") ;;
+    "$SUITE") KEY_SOURCES=("$MIRROR" "$KSUITE" "$MIRROR" "$KSUITE-updates") ;;
+    *) KEY_SOURCES=("$MIRROR" "$KSUITE") ;;
 esac
 [ -z "$SECURITY" ] || [ "$KSUITE" != "${KSUITE%-backports}" ] || KEY_SOURCES+=("$SECURITY" "$KSUITE-security")
 KINDEX_RC=0
-KINDEX="$(/usr/bin/python3 "$HERE/kernel_index.py" "$CACHE/index" linux-image-amd64 "${KEY_SOURCES[@]}")" \
+KINDEX="$(/usr/bin/python3 "$ZL_VM/kernel_index.py" "$ZL_CACHE/index" linux-image-amd64 "${KEY_SOURCES[@]}")" \
     || KINDEX_RC=$?
 if [ -n "$KEY_ONLY" ]; then
     echo "rig $INPUTS_HASH"
@@ -101,10 +98,10 @@ if [ -n "$KEY_ONLY" ]; then
     exit "$KINDEX_RC"
 fi
 
-OUT="$CACHE/$KERNEL"
-mkdir -p "$CACHE"
+OUT="$ZL_CACHE/$KERNEL"
+mkdir -p "$ZL_CACHE"
 # One build per kernel at a time: a second caller waits, then finds the cache.
-exec 9>"$CACHE/.lock-$KERNEL"
+exec 9>"$ZL_CACHE/.lock-$KERNEL"
 flock 9
 if [ -f "$OUT/inputs.sha256" ] && [ "$(cat "$OUT/inputs.sha256")" = "$INPUTS_HASH" ] \
    && [ -f "$OUT/rootfs.ext4" ] && [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initrd.img" ]; then
@@ -123,44 +120,18 @@ fi
 [ "$KINDEX_RC" -eq 0 ] || die "cannot check the archive's kernel and no image for $KERNEL is cached: is $MIRROR reachable?"
 
 # --- host tools ---------------------------------------------------------------
-need=()
-command -v debootstrap >/dev/null || need+=(debootstrap)
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
-if [ ${#need[@]} -gt 0 ]; then
-    say "installing host tools: ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >&2
-    apt-get install -y -q --no-install-recommends "${need[@]}" >&2
-fi
+need_tools debootstrap:debootstrap qemu-system-x86_64:qemu-system-x86 mkfs.ext4:e2fsprogs
 say "building image for kernel $KERNEL: Debian $SUITE, kernel from $KSUITE, mirror $MIRROR"
 
 # --- build area, cleaned on every exit path -----------------------------------
 # Inside the cache dir, so the final rename is atomic (same filesystem).
-WORK="$(mktemp -d "$CACHE/.build-$KERNEL.XXXXXX")"
+WORK="$(mktemp -d "$ZL_CACHE/.build-$KERNEL.XXXXXX")"
 chmod 755 "$WORK"   # mktemp's 0700 would outlive the rename
 ROOT="$WORK/root"
-MOUNTS=()
-cleanup() {
-    local i
-    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-        umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" 2>/dev/null || true
-    done
-    MOUNTS=()
-    # Never delete through a mount that is still there (/dev is the host's).
-    if findmnt -rn -o TARGET | grep -q "^$WORK/"; then
-        say "left $WORK in place: something is still mounted under it"
-    else
-        rm -rf --one-file-system "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+work_area "$WORK"
 
 T0=$SECONDS
-phase_start=$SECONDS
-phase() { say "phase $1 took $((SECONDS - phase_start)) s"; phase_start=$SECONDS; }
+ZL_PHASE=$SECONDS
 
 # --- debootstrap --------------------------------------------------------------
 # minbase keeps it small; apt in the chroot brings the rest (it resolves
@@ -170,20 +141,8 @@ debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$ROOT" "$MIRRO
 phase debootstrap
 
 # --- chroot installs ----------------------------------------------------------
-bind() { mount "$@"; MOUNTS+=("${@: -1}"); }
-bind -t proc proc "$ROOT/proc"
-bind -t sysfs sysfs "$ROOT/sys"
-bind --bind /dev "$ROOT/dev"
-bind --bind /dev/pts "$ROOT/dev/pts"
-# A clean environment: the host's PIP_*, proxy and locale settings are not the
-# guest's business.
-inroot() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-    LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
-
-# Services must not start inside the chroot (haproxy would try).
-printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d"
-chmod +x "$ROOT/usr/sbin/policy-rc.d"
-cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+chroot_mounts "$ROOT"
+services_off
 # Extra CAs this host trusts (e.g. an egress proxy's): without them apt over
 # https and pip fail the same way inside the image as they would on the host.
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
@@ -197,34 +156,22 @@ case "$KSUITE" in
     "$SUITE") KTARGET=() ;;
     "$SUITE-backports")
         echo "deb $MIRROR $KSUITE main" >"$ROOT/etc/apt/sources.list.d/backports.list" ;;
-    bullseye)
-        # An older release's kernel in this userspace. Pinned low, so a bullseye
-        # package comes in only when bookworm has no package of that name: the
-        # kernel's own packages, linux-kbuild-5.10, and gcc-10 with its runtime
-        # libraries (the headers' linux-compiler-gcc-10-x86 wants it). Only the
-        # two metapackages are pinned up, so an apt upgrade keeps 5.10. No -t:
-        # a default release would outrank the low pin.
+    *)
+        # An older release's kernel in this userspace. Pinned low, so an old
+        # package comes in only when the userspace's release has no package
+        # of that name: the kernel's own packages, its linux-kbuild, and its
+        # gcc with the runtime libraries (the headers' linux-compiler-gcc-N-x86
+        # wants it). Only the two metapackages are pinned up, so an apt
+        # upgrade keeps the kernel. No -t: a default release would outrank
+        # the low pin.
         {
-            echo "deb $MIRROR bullseye main"
-            [ -z "$SECURITY" ] || echo "deb $SECURITY bullseye-security main"
-        } >"$ROOT/etc/apt/sources.list.d/bullseye.list"
-        cat >"$ROOT/etc/apt/preferences.d/bullseye" <<'EOF'
-Package: *
-Pin: release n=bullseye
-Pin-Priority: 100
-
-Package: *
-Pin: release n=bullseye-security
-Pin-Priority: 100
-
-Package: linux-image-amd64 linux-headers-amd64
-Pin: release n=bullseye
-Pin-Priority: 990
-
-Package: linux-image-amd64 linux-headers-amd64
-Pin: release n=bullseye-security
-Pin-Priority: 990
-EOF
+            echo "deb $MIRROR $KSUITE main"
+            [ -z "$SECURITY" ] || echo "deb $SECURITY $KSUITE-security main"
+        } >"$ROOT/etc/apt/sources.list.d/$KSUITE.list"
+        for suite in "$KSUITE" "$KSUITE-security"; do
+            printf 'Package: *\nPin: release n=%s\nPin-Priority: 100\n\n' "$suite"
+            printf 'Package: linux-image-amd64 linux-headers-amd64\nPin: release n=%s\nPin-Priority: 990\n\n' "$suite"
+        done >"$ROOT/etc/apt/preferences.d/$KSUITE"
         KTARGET=() ;;
 esac
 {
@@ -246,28 +193,30 @@ KREL="$(ls "$ROOT/lib/modules" | sort -V | tail -n 1)"
 KVER="$(inroot dpkg-query -W -f='${Version}' linux-image-amd64)"
 NEWEST="$(printf '%s\n' "$KINDEX" | awk '{ gsub(",", "\n", $3); print $3 }' | grep -v '^-$' | sort -V | tail -n 1)"
 [ "$KVER" = "$NEWEST" ] || die "installed linux-image-amd64 $KVER, but the newest in the archive's index is $NEWEST"
-# A backports kernel moves on (7.3 today): then the name here must follow.
-case "$KREL" in "$KERNEL".*) ;; *) die "wanted kernel $KERNEL, got $KREL from $KSUITE: rename the kernel in image.sh, run.sh and matrix.sh" ;; esac
+# A backports kernel moves on: then its name in vagrant/vm/kernels must follow.
+case "$KREL" in "$KERNEL".*) ;; *) die "wanted kernel $KERNEL, got $KREL from $KSUITE: rename the kernel in vagrant/vm/kernels" ;; esac
 # bcc compiles against /lib/modules/<release>/build, and Debian splits the tree
 # (kconfig.h lives under source). The headers package makes both links
 # (absolute, so test them from inside); this only proves they resolve.
 inroot test -e "/lib/modules/$KREL/build/Makefile" || die "/lib/modules/$KREL/build is not a headers tree"
 inroot test -e "/lib/modules/$KREL/source/include/linux/kconfig.h" \
     || die "/lib/modules/$KREL/source is not a headers tree"
-if [ "$KSUITE" = bullseye ]; then
-    # For the build log: what bookworm could not have supplied. It should be
+case "$KSUITE" in "$SUITE"|"$SUITE-backports") ;; *)
+    # For the build log: what the userspace's release could not have supplied. It should be
     # only the kernel's packages and gcc-10's. apt-cache policy lists the
     # suites the installed version (***) is in; some are in both, unchanged.
-    from_old="$(inroot apt-cache policy $(inroot dpkg-query -W -f='${Package}\n') |
-        awk 'function flush() { if (old && !cur) printf "%s ", pkg; old = cur = 0 }
+    mapfile -t installed < <(inroot dpkg-query -W -f='${Package}\n')
+    from_old="$(inroot apt-cache policy "${installed[@]}" |
+        awk -v old_suite="$KSUITE" -v cur_suite="$SUITE" '
+             function flush() { if (old && !cur) printf "%s ", pkg; old = cur = 0 }
              /^[^ ]/ { flush(); pkg = $1; sub(/:$/, "", pkg); inst = 0 }
              /^ \*\*\* / { inst = 1; next }
              /^     [^ ]/ { inst = 0 }
-             inst && $3 ~ /^bullseye/ { old = 1 }
-             inst && $3 ~ /^bookworm/ { cur = 1 }
+             inst && index($3, old_suite) == 1 { old = 1 }
+             inst && index($3, cur_suite) == 1 { cur = 1 }
              END { flush() }')"
-    say "installed from bullseye: $from_old"
-fi
+    say "installed from $KSUITE: $from_old" ;;
+esac
 inroot apt-get clean
 phase "chroot installs"
 
@@ -277,7 +226,7 @@ inroot /usr/bin/python3 -m venv --system-site-packages /opt/zerolayer/venv
 # extra); removing the project leaves them baked, so provisioning in the guest
 # only builds the project. The copy leaves .git and build debris out.
 mkdir -p "$ROOT/tmp/src"
-tar -C "$REPO" --exclude=.git --exclude=build --exclude='*.egg-info' \
+tar -C "$ZL_REPO" --exclude=.git --exclude=build --exclude='*.egg-info' \
     --exclude=__pycache__ --exclude=.pytest_cache --exclude=.hypothesis -cf - . |
     tar -C "$ROOT/tmp/src" -xf -
 # setuptools and wheel too: provision.sh builds the project without build
@@ -291,17 +240,16 @@ rm -rf "$ROOT/tmp/src"
 phase venv
 
 # --- guest settings -----------------------------------------------------------
-install -m 0755 "$HERE/zl-init" "$ROOT/sbin/zl-init"
+install -m 0755 "$ZL_VM/zl-init" "$ROOT/sbin/zl-init"
 inroot passwd -d root >/dev/null          # console login, if ever needed, without a password
 echo zl-vm >"$ROOT/etc/hostname"
-rm -f "$ROOT/usr/sbin/policy-rc.d"
+services_on
 echo "$KREL" >"$WORK/kernel-release"
 cp "$ROOT/boot/vmlinuz-$KREL" "$WORK/vmlinuz"
 cp "$ROOT/boot/initrd.img-$KREL" "$WORK/initrd.img"
 
 # Unmount before mkfs: the image must not contain the host's /dev or /proc.
-for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount "${MOUNTS[i]}"; done
-MOUNTS=()
+unmount_all
 
 # --- the ext4 -----------------------------------------------------------------
 # mkfs.ext4 -d fills the filesystem from the tree: no loop device, no mount.
@@ -318,10 +266,9 @@ phase mkfs
 # build leaves only a .build-* directory, never a half image that looks valid.
 echo "$KINDEX" >"$WORK/kernel-index"
 echo "$INPUTS_HASH" >"$WORK/inputs.sha256"
-OLD="$CACHE/.old-$KERNEL.$$"
+OLD="$ZL_CACHE/.old-$KERNEL.$$"
 [ -e "$OUT" ] && mv "$OUT" "$OLD"
 mv "$WORK" "$OUT"
 rm -rf "$OLD"
-trap - EXIT
 say "image for $KERNEL ($KREL) ready in $((SECONDS - T0)) s"
 echo "$OUT"

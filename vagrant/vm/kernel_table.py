@@ -9,13 +9,17 @@ writes one per kernel) into the README's kernel table.
 A cell says what the tests saw when every test proving that capability
 passed, "FAILED" when any failed, the skip reason when they were skipped, and
 "not run" when no test proved it on that kernel. Nothing in it is typed by
-hand."""
+hand. The rows follow vagrant/vm/kernels; a kernel not listed there (the
+host's) comes last."""
 
 import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
+KERNELS = Path(__file__).with_name("kernels")
 BEGIN, END = "<!-- kernel-table:begin -->", "<!-- kernel-table:end -->"
 
 
@@ -30,11 +34,28 @@ def cell(outcome: dict | None) -> str:
     return "skipped: " + "; ".join(sorted(set(outcome["skipped"])))
 
 
+def listed() -> list[str]:
+    """The rig's kernel names, in vagrant/vm/kernels' order."""
+    rows = (line.split() for line in KERNELS.read_text().splitlines())
+    return [fields[0] for fields in rows if len(fields) >= 4 and not fields[0].startswith("#")]
+
+
+def row_order(names: list[str]) -> Callable[[dict], tuple[int, list[int]]]:
+    """A sort key for reports: listed kernels in the list's order, then the others by version."""
+    def key(report: dict) -> tuple[int, list[int]]:
+        release = report["kernel"]
+        for i, name in enumerate(names):
+            if release.startswith(name + "."):
+                return i, []
+        return len(names), [int(x) for x in re.findall(r"\d+", release)[:2]]
+    return key
+
+
 def table(reports: list[dict]) -> str:
     columns = reports[0]["columns"]
     lines = ["| kernel | userspace | tests | " + " | ".join(columns.values()) + " |",
              "|---" * (len(columns) + 3) + "|"]
-    for report in sorted(reports, key=lambda r: [int(x) for x in re.findall(r"\d+", r["kernel"])[:2]]):
+    for report in sorted(reports, key=row_order(listed())):
         cells = [cell(report["capabilities"].get(name)) for name in columns]
         # conformance.sh records the userspace and the selection (full or smoke).
         lines.append(f"| {report['kernel']} | {report.get('system') or '?'} | "

@@ -10,38 +10,39 @@
 #   ./       system/ + zerolayer (wheel, units, container image); keyed on
 #            system/'s key and the files that go into the wheel and image
 # The directory holds rootfs.ext4, vmlinuz, initrd.img and kernel-release, as
-# the rig's does. Run it as root.
+# the rig's does. Run it as root. --key prints the two keys only.
 set -euo pipefail
-
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../../.." && pwd)"
-CACHE="${ZEROLAYER_VM_CACHE:-/var/cache/zerolayer/vm}"
-OUT="$CACHE/service-6.12"
+ZL_ME=vagrant/vm/service/image.sh
+# shellcheck source=vagrant/vm/lib.sh
+. "$HERE/../lib.sh"
+# The rig's kernel whose Debian 13 userspace the service runs in.
+KERNEL=6.12
+OUT="$ZL_CACHE/service-$KERNEL"
 SYSTEM_PKGS=(systemd-sysv udev dbus podman crun conmon netavark aardvark-dns catatonit)
-
-say() { printf 'vagrant/vm/service/image.sh: %s\n' "$*" >&2; }
-die() { say "$*"; exit 1; }
-[ "$(id -u)" -eq 0 ] || die "run me as root (chroot and loop mounts need it)"
-
-# The host builds the container image (packaging/container/build.sh) with
-# its own podman; a fresh machine lacks it.
-if ! command -v podman >/dev/null; then
-    say "installing podman on the host (it builds the container image)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >&2
-    apt-get install -y -q --no-install-recommends podman crun netavark aardvark-dns uidmap >&2
+KEY_ONLY=""
+if [ "${1:-}" = --key ]; then
+    KEY_ONLY=1 RIG="$ZL_CACHE/$KERNEL"   # as cached: no build
+else
+    need_root "chroot and loop mounts need it"
+    # The host builds the container image (packaging/container/build.sh) with
+    # its own podman; a fresh machine lacks it.
+    need_tools podman:podman,crun,netavark,aardvark-dns,uidmap
+    RIG="$(bash "$ZL_VM/image.sh" "$KERNEL")"
 fi
-RIG="$(bash "$REPO/vagrant/vm/image.sh" 6.12)"
+# The library's image helpers as bash sees them: an edit elsewhere in it
+# does not rebuild system/.
 SYSTEM_KEY="$( { cat "$RIG/inputs.sha256" "$RIG/kernel-index" "${BASH_SOURCE[0]}" \
-                 "$HERE/zl-job" "$HERE/zl-job.service"; } | sha256sum | cut -d' ' -f1)"
+                 "$HERE/zl-job" "$HERE/zl-job.service"; image_helpers; } | sha256sum | cut -d' ' -f1)"
 # What the wheel and the container image are made of (pyxdp/bpf and
 # pyxdp/tuning are symlinks: -h follows them).
 tree_tar() {
-    tar -C "$REPO" -h --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+    tar -C "$ZL_REPO" -h --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
         --exclude=__pycache__ --exclude='*.pyc' -cf - \
         pyxdp pyproject.toml setup.py README.md LICENSE LICENSES packaging
 }
 TREE_KEY="$( { echo "$SYSTEM_KEY"; tree_tar | sha256sum; } | sha256sum | cut -d' ' -f1)"
+if [ -n "$KEY_ONLY" ]; then printf 'system %s\ntree %s\n' "$SYSTEM_KEY" "$TREE_KEY"; exit 0; fi
 
 mkdir -p "$OUT"
 exec 9>"$OUT/.lock"
@@ -54,45 +55,15 @@ fi
 
 WORK="$(mktemp -d "$OUT/.build.XXXXXX")"
 MNT="$WORK/mnt"
-MOUNTS=()
-cleanup() {
-    local i
-    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-        # -d: the loop device of the image goes with its mount.
-        umount -d "${MOUNTS[i]}" 2>/dev/null || umount -l -d "${MOUNTS[i]}" 2>/dev/null || true
-    done
-    MOUNTS=()
-    if findmnt -rn -o TARGET | grep -q "^$WORK/"; then
-        say "left $WORK in place: something is still mounted under it"
-    else
-        rm -rf --one-file-system "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-phase_start=$SECONDS
-phase() { say "phase $1 took $((SECONDS - phase_start)) s"; phase_start=$SECONDS; }
-
-mnt() { mount "$@"; MOUNTS+=("${@: -1}"); }
+work_area "$WORK"
+ZL_PHASE=$SECONDS
 open_root() { # IMAGE: loop-mount it on $MNT with what a chroot needs
     mkdir -p "$MNT"
-    mnt -o loop "$1" "$MNT"
-    mnt -t proc proc "$MNT/proc"
-    mnt -t sysfs sysfs "$MNT/sys"
-    mnt --bind /dev "$MNT/dev"
-    mnt --bind /dev/pts "$MNT/dev/pts"
-    mnt -t tmpfs tmpfs "$MNT/run"
-    mnt -t tmpfs tmpfs "$MNT/tmp"
-    cp /etc/resolv.conf "$MNT/etc/resolv.conf"
+    mount_at -o loop "$1" "$MNT"
+    chroot_mounts "$MNT"
+    mount_at -t tmpfs tmpfs "$MNT/run"
+    mount_at -t tmpfs tmpfs "$MNT/tmp"
 }
-close_root() {
-    local i
-    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount -d "${MOUNTS[i]}"; done
-    MOUNTS=()
-}
-inroot() { chroot "$MNT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-    LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
 
 # --- system/: systemd and podman on the rig's image -----------------------------
 if [ "$(cat "$OUT/system/key" 2>/dev/null)" != "$SYSTEM_KEY" ] || [ ! -f "$OUT/system/rootfs.ext4" ]; then
@@ -103,12 +74,11 @@ if [ "$(cat "$OUT/system/key" 2>/dev/null)" != "$SYSTEM_KEY" ] || [ ! -f "$OUT/s
     e2fsck -fy "$WORK/system.ext4" >/dev/null || [ $? -le 1 ]
     resize2fs -f "$WORK/system.ext4" >/dev/null 2>&1
     open_root "$WORK/system.ext4"
-    printf '#!/bin/sh\nexit 101\n' >"$MNT/usr/sbin/policy-rc.d"
-    chmod +x "$MNT/usr/sbin/policy-rc.d"
+    services_off
     inroot apt-get update -q >&2
     inroot apt-get install -y -q --no-install-recommends "${SYSTEM_PKGS[@]}" >&2
     inroot apt-get clean
-    rm -f "$MNT/usr/sbin/policy-rc.d"
+    services_on
     # A short TCG boot: nothing starts that the suite does not need.
     inroot systemctl mask haproxy.service apt-daily.timer apt-daily-upgrade.timer \
         e2scrub_all.timer e2scrub_reap.service fstrim.timer dpkg-db-backup.timer \
@@ -118,7 +88,7 @@ if [ "$(cat "$OUT/system/key" 2>/dev/null)" != "$SYSTEM_KEY" ] || [ ! -f "$OUT/s
     inroot systemctl enable zl-job.service >/dev/null 2>&1
     # The journal survives the reboot: the second boot's tests read the first's.
     mkdir -p "$MNT/var/log/journal"
-    close_root
+    unmount_all
     mkdir -p "$OUT/system"
     mv "$WORK/system.ext4" "$OUT/system/rootfs.ext4"
     echo "$SYSTEM_KEY" >"$OUT/system/key"
@@ -145,13 +115,13 @@ inroot /opt/zerolayer/venv/bin/pip download --quiet --no-deps --only-binary=:all
     --disable-pip-version-check -d /tmp/wheels "pyroute2==$PYROUTE2" >&2
 cp "$MNT"/tmp/wheels/*.whl "$WORK/wheels/"
 phase zerolayer
-bash "$REPO/packaging/container/build.sh" --wheels "$WORK/wheels" --output "$WORK/zerolayer-image.tar"
+bash "$ZL_REPO/packaging/container/build.sh" --wheels "$WORK/wheels" --output "$WORK/zerolayer-image.tar"
 phase "container image"
 # Loaded here, into the image's store, so the guest does not spend TCG time on it.
 mkdir -p "$MNT/var/lib/zerolayer-vm"
 cp "$WORK/zerolayer-image.tar" "$MNT/var/lib/zerolayer-vm/"
 inroot podman load --quiet -i /var/lib/zerolayer-vm/zerolayer-image.tar >&2
-close_root
+unmount_all
 phase "image load"
 
 RIG_KREL="$(cat "$RIG/kernel-release")"
