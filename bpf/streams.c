@@ -29,9 +29,11 @@
 
 /* From the loader (pyxdp.streams.probes): the pieces per call, iovecs read
  * per vectored call, map and ring sizes, whether only the pids in
- * zl_st_pids are watched, and the observer's own pid (never watched). */
+ * zl_st_pids are watched, the observer's own pid (never watched), and after
+ * how many calls in a row that are not HTTP a socket is ignored. */
 #if !defined(ZL_ST_PIECES) || !defined(ZL_ST_IOVS) || !defined(ZL_ST_MAX_CONNS) || \
-	!defined(ZL_ST_RING_PAGES) || !defined(ZL_ST_FILTER_PIDS) || !defined(ZL_ST_SELF)
+	!defined(ZL_ST_RING_PAGES) || !defined(ZL_ST_FILTER_PIDS) || !defined(ZL_ST_SELF) || \
+	!defined(ZL_ST_IGNORE_AFTER)
 #error "the streams program's sizes are defined by the loader (docs/spec.md section 7.2)"
 #endif
 
@@ -128,6 +130,11 @@ BPF_TABLE("lru_hash", __u64, struct zl_st_bio_thread, zl_st_bio_threads, 16384);
 /* processes with a tracked connection: their exit is reported */
 BPF_TABLE("lru_hash", __u32, __u8, zl_st_procs, ZL_ST_MAX_CONNS);
 BPF_HASH(zl_st_pids, __u32, __u8, 1024);
+/* Plaintext sockets whose calls did not look like HTTP or an event stream,
+ * ZL_ST_IGNORE_AFTER of them while untracked: a database's, a cache's, a TLS
+ * connection's ciphertext. From then on their calls cost one lookup, not
+ * a walk to the socket and a call record, until the fd is closed. */
+BPF_TABLE("lru_hash", struct zl_st_key, __u32, zl_st_ignored, ZL_ST_MAX_CONNS);
 /* An event is built here, then only its used part goes into the ring: a
  * chunk of a few hundred bytes takes a few hundred bytes of ring, not
  * ZL_ST_PIECE (bpf_ringbuf_reserve takes only a constant size). */
@@ -162,12 +169,25 @@ static __always_inline struct zl_st_event *zl_st_new(__u8 kind, __u32 tgid, __u6
  * the reader: it reads on its own clock (the times are the kernel's), so a
  * busy stream costs no wake-up per event. A full ring drops the event;
  * the offsets tell userspace. */
-static __always_inline void zl_st_send(struct zl_st_event *ev, __u64 len)
+static __always_inline int zl_st_send(struct zl_st_event *ev, __u64 len)
 {
 	zl_opaque(len);
 	if (len > ZL_ST_PIECE)
 		len = ZL_ST_PIECE;
-	zl_st_events.ringbuf_output(ev, ZL_ST_HEADER + len, BPF_RB_NO_WAKEUP);
+	return zl_st_events.ringbuf_output(ev, ZL_ST_HEADER + len, BPF_RB_NO_WAKEUP);
+}
+
+/* An end (a close, a process's exit) the full ring refused: kept here with
+ * its time, for userspace to take out, so that no stream stays open for
+ * ever after a burst. An exit's key has tls ZL_ST_EXIT_KEY and id 0. */
+BPF_HASH(zl_st_ends_missed, struct zl_st_key, __u64, 16384);
+
+static __always_inline void zl_st_send_end(struct zl_st_event *ev, struct zl_st_key *key)
+{
+	__u64 ts = ev->ts;
+
+	if (zl_st_send(ev, 0))
+		zl_st_ends_missed.update(key, &ts);
 }
 
 static __always_inline int zl_st_watched(__u32 tgid)
@@ -357,6 +377,27 @@ static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u6
 	zl_st_send(ev, 0);
 }
 
+/* One more call on the untracked connection KEY that did not look like HTTP. */
+static __always_inline void zl_st_not_http(struct zl_st_key *key)
+{
+	__u32 one = 1, *n;
+
+	if (key->tls)
+		return;
+	n = zl_st_ignored.lookup(key);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else
+		zl_st_ignored.update(key, &one);
+}
+
+static __always_inline int zl_st_is_ignored(struct zl_st_key *key)
+{
+	__u32 *n = zl_st_ignored.lookup(key);
+
+	return n && *n >= ZL_ST_IGNORE_AFTER;
+}
+
 /* A call's bytes on connection KEY, the first FIRST of them at BUF: tracks
  * the connection when they look worth it, and returns its state to copy
  * them into, or NULL. */
@@ -370,8 +411,10 @@ static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s
 	if (conn)
 		return conn->skip ? NULL : conn;
 	verdict = zl_st_recognise(buf, first);
-	if (verdict == ZL_ST_NO)
+	if (verdict == ZL_ST_NO) {
+		zl_st_not_http(key);
 		return NULL;
+	}
 	zl_st_announce(key, fd, ts, ZL_ST_CONN);
 	if (verdict == ZL_ST_HTTP2) {
 		fresh.skip = 1; /* this first call is still copied, for userspace to count */
@@ -476,11 +519,19 @@ static __always_inline void zl_st_enter(__u32 fd, const void *buf, __u64 count, 
 			bio->last_fd = fd;
 		}
 	}
-	/* Not tracked: a write whose first bytes do not qualify costs no more
-	 * (the cheapest test first); otherwise it must be a TCP socket. */
-	if (!zl_st_conns.lookup(&key) &&
-	    ((out && !vec && zl_st_recognise(buf, count) == ZL_ST_NO) || !zl_st_tcp_sock(fd)))
-		return;
+	/* Not tracked: an ignored socket, or a write whose first bytes do not
+	 * qualify, costs no more (the cheapest tests first); otherwise it must
+	 * be a TCP socket. */
+	if (!zl_st_conns.lookup(&key)) {
+		if (zl_st_is_ignored(&key))
+			return;
+		if (out && !vec && zl_st_recognise(buf, count) == ZL_ST_NO) {
+			zl_st_not_http(&key);
+			return;
+		}
+		if (!zl_st_tcp_sock(fd))
+			return;
+	}
 	call.buf = (__u64)buf;
 	call.fd = fd;
 	call.vlen = vlen > 0xffff ? 0xffff : vlen;
@@ -625,7 +676,7 @@ static __always_inline void zl_st_end(struct zl_st_key *key)
 	zl_st_conns.delete(key);
 	ev = zl_st_new(ZL_ST_CLOSE, key->tgid, key->id, key->tls, bpf_ktime_get_ns());
 	if (ev)
-		zl_st_send(ev, 0);
+		zl_st_send_end(ev, key);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
@@ -637,6 +688,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 
 	if (!zl_st_watched(tgid))
 		return 0;
+	zl_st_ignored.delete(&key);
 	ssl = zl_st_fd_ssls.lookup(&by_fd);
 	if (ssl) {
 		struct zl_st_link by_ssl = {.tgid = tgid, .id = *ssl};
@@ -657,6 +709,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 {
 	void *signal = zl_st_ptr((void *)bpf_get_current_task(), ZL_ST_OFF_TASK_SIGNAL);
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct zl_st_key key = {.tgid = tgid, .tls = ZL_ST_EXIT_KEY, .id = 0};
 	struct zl_st_event *ev;
 	int live = 1;
 
@@ -669,7 +722,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 	zl_st_procs.delete(&tgid);
 	ev = zl_st_new(ZL_ST_EXIT, tgid, 0, 0, bpf_ktime_get_ns());
 	if (ev)
-		zl_st_send(ev, 0);
+		zl_st_send_end(ev, &key);
 	return 0;
 }
 

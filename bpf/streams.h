@@ -7,12 +7,15 @@
  *   ZL_ST_PIECE        bytes of payload one event carries at most
  *   ZL_ST_DATA, ZL_ST_CONN, ZL_ST_CLOSE, ZL_ST_EXIT, ZL_ST_LINK
  *                      the event kinds
+ *   ZL_ST_EXIT_KEY     the tls field of a process exit's key in
+ *                      zl_st_ends_missed (streams.c)
  */
 #ifndef ZL_ST_STREAMS_H
 #define ZL_ST_STREAMS_H
 
 #if !defined(ZL_ST_PIECE) || !defined(ZL_ST_DATA) || !defined(ZL_ST_CONN) || \
-	!defined(ZL_ST_CLOSE) || !defined(ZL_ST_EXIT) || !defined(ZL_ST_LINK)
+	!defined(ZL_ST_CLOSE) || !defined(ZL_ST_EXIT) || !defined(ZL_ST_LINK) || \
+	!defined(ZL_ST_EXIT_KEY)
 #error "the streams event is defined by the loader (docs/spec.md section 7.2)"
 #endif
 

@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.root,
 ROUNDS = 1
 TRANSPORT_KEYS = ["saturation_chunks_per_s", "saturation_ratio", "paced_gap_p99_ms",
                   "paced_gap_p99_ratio", "load_cpu_us_per_chunk", "added_us_per_chunk",
-                  "observer_cpu_us_per_chunk", "observer_cpu_pct_of_one_cpu"]
+                  "observer_cpu_us_per_chunk", "steady_chunks_per_s",
+                  "observer_steady_us_per_chunk", "observer_cpu_pct_of_one_cpu",
+                  "observer_us_per_stream"]
 BY_ARM = ("saturation_chunks_per_s", "paced_gap_p99_ms", "load_cpu_us_per_chunk")
 
 
@@ -67,6 +69,12 @@ def test_every_run_measured_both_arms(streams_run):
         assert ("observer" in run["cpu_s"]) == (run["arm"] == "observed")
         if run["arm"] == "observed":
             assert run["cpu_s"]["observer"] > 0
+        # the observer's CPU in the steady part of each observed paced run
+        if run["arm"] == "observed" and run["phase"] == "paced":
+            assert run["steady"]["seconds"] > 0 and run["steady"]["server_chunks"] > 0
+            assert run["steady"]["observer_cpu_s"] > 0
+        else:
+            assert run["steady"] is None
     for loop in s["loops"]:
         assert loop["write_ns"] > 0 and loop["ssl_ns"] > 0
     # the bare uprobes were hit, on SSL_write_ex and SSL_read_ex, once a turn each
@@ -85,6 +93,11 @@ def test_the_observer_saw_every_paced_stream(streams_run):
                    and r["transport"] == x["transport"] and r["phase"] == "paced")
         assert x["client_chunks"] == x["server_chunks"] == run["chunks"]
         assert x["done"] == 2 * x["streams"]
+    # a flood outruns the observer here, but no stream stays open: every one
+    # ends, on both sides (its close kept by the program when the ring was full)
+    for x in s["observer_saw"]:
+        if x["phase"] == "flood":
+            assert x["client_streams"] == x["server_streams"] == x["streams"]
     # the profile counted the observer's programs: uprobes over TLS only
     assert s["profile"]["plain"]["runs_per_chunk"] > 0
     assert s["profile"]["plain"]["uprobe_hits_per_chunk"] == 0

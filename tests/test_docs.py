@@ -32,6 +32,7 @@ SPEC = DOCS / "spec.md"
 # Cited paths that are not in this repository, each with where it is.
 EXTERNAL = {
     "kernel/sched/membarrier.c": "the Linux source tree",
+    "kernel/bpf/ringbuf.c": "the Linux source tree",
     "xdp/zl_not_a_header.h": "a header that must not exist (tests/test_bench_c_consumer.py)",
 }
 SKIP_DIRS = {".git", "build", "dist", "__pycache__", "node_modules"}

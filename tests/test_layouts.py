@@ -41,7 +41,7 @@ PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW",
             "ZL_EGRESS_FD", "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM",
             # the streams program's sizes, pid filter and the kernel's field offsets
             "ZL_ST_PIECES", "ZL_ST_IOVS", "ZL_ST_MAX_CONNS", "ZL_ST_RING_PAGES",
-            "ZL_ST_FILTER_PIDS", "ZL_ST_SELF",
+            "ZL_ST_FILTER_PIDS", "ZL_ST_SELF", "ZL_ST_IGNORE_AFTER",
             *(f"ZL_ST_OFF_{name}" for name in stream_probes.KERNEL_FIELDS)}
 
 

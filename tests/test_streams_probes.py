@@ -108,6 +108,7 @@ def watched():
     try:
         yield p, s, rec
     finally:
+        s.close()
         p.close()
 
 
@@ -179,3 +180,89 @@ def test_what_is_tracked_and_copied(watched, mode):
     assert sent.endswith(b"data: a\n\ndata: b\n\n")
     assert conn_id in rec.ends
     assert s.failures == {}
+
+
+IGNORED = r"""
+import socket, sys
+port, turns = int(sys.argv[1]), int(sys.argv[2])
+c = socket.create_connection(("127.0.0.1", port))
+for i in range(turns):
+    c.sendall(b"\x00binary %d" % i)
+c.sendall(b"POST /v1/late HTTP/1.1\r\nHost: a\r\n\r\n")  # too late: ignored
+fd = c.fileno()
+c.close()
+c = socket.create_connection(("127.0.0.1", port))  # the same fd, a new connection
+assert c.fileno() == fd
+c.sendall(b"POST /v1/fresh HTTP/1.1\r\nHost: a\r\n\r\n")
+c.close()
+"""
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("turns", [probes.IGNORE_AFTER - 1, probes.IGNORE_AFTER])
+def test_a_socket_that_is_not_http_is_ignored_until_closed(watched, turns):
+    """IGNORE_AFTER calls that are not HTTP, and the socket's later HTTP is
+    not followed (one fewer, and it is); its fd closed and opened again, a
+    new connection's HTTP is."""
+    p, s, rec = watched
+    srv = socket.create_server(("127.0.0.1", 0))
+    peer = subprocess.Popen([sys.executable, "-c", IGNORED, str(srv.getsockname()[1]),
+                             str(turns)])
+    for _ in range(2):
+        conn, _ = srv.accept()
+        while conn.recv(65536):
+            pass
+        conn.close()
+    assert peer.wait(10) == 0
+    srv.close()
+    drain(s)
+    sent = b"".join(v for k, v in rec.bytes.items() if k[0][0] == peer.pid and k[1])
+    assert (b"/v1/late" in sent) == (turns < probes.IGNORE_AFTER)
+    assert b"/v1/fresh" in sent
+
+
+FILLER = r"""
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+for i in range(200):  # each write an event: far more than a one-page ring holds
+    c.sendall(b"data: " + b"x" * 100 + b"\n\n")
+c.close()
+"""
+
+
+@pytest.mark.root
+def test_a_close_and_an_exit_the_full_ring_refused_still_arrive(monkeypatch):
+    """With a ring of one page nobody reads, the writes of a connection fill
+    it; its close and its process's exit are kept in the program's map of
+    missed ends, and the session gives them to the tracker in their place."""
+    from pyxdp.streams import session
+
+    monkeypatch.setattr(probes, "RING_PAGES", 1)
+    p = probes.Probes(pids=[])
+    try:
+        rec = Recorder()
+        s = session.Session(p, rec)
+        try:
+            srv = socket.create_server(("127.0.0.1", 0))
+            peer = subprocess.Popen([sys.executable, "-c", FILLER, str(srv.getsockname()[1])])
+            conn, _ = srv.accept()
+            while conn.recv(65536):
+                pass
+            assert peer.wait(10) == 0
+            conn.close()
+            srv.close()
+            drain(s)
+            mine = [k for k in rec.bytes if k[0][0] == peer.pid]
+            assert mine, "the connection was tracked"
+            written = len(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n") \
+                + 200 * len(b"data: " + b"x" * 100 + b"\n\n")
+            assert sum(len(rec.bytes[k]) for k in mine) < written, "the ring was full"
+            assert mine[0][0] in rec.ends
+            assert peer.pid in rec.exited
+            assert s.ends_missed >= 1  # one of them at least (a close may just fit)
+            assert s.failures == {}
+        finally:
+            s.close()
+    finally:
+        p.close()

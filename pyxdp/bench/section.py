@@ -35,6 +35,7 @@ class Target:
     op: str  # "<=" or ">="
     bound: float
     kind: str = "target"  # or "goal"
+    unit: str = "x"  # what the bound and the figure are in: a ratio, or "%"
 
 
 def judged(targets: list[Target], report: dict) -> list[dict]:
@@ -48,7 +49,7 @@ def judged(targets: list[Target], report: dict) -> list[dict]:
         measured = fig["median"]
         met = measured <= t.bound if t.op == "<=" else measured >= t.bound
         out.append({"what": t.what, "kind": t.kind, "key": t.key, "bound": f"{t.op} {t.bound}",
-                    "measured": measured, "met": met})
+                    "measured": measured, "met": met} | ({"unit": t.unit} if t.unit != "x" else {}))
     return out
 
 

@@ -120,8 +120,9 @@ def _render(r: dict, ran: list[Section]) -> str:
     out += ["", "Targets"]
     for t in r["targets"]:
         verdict = "met" if t["met"] else "not reached" if t["kind"] == "goal" else "MISSED"
-        out.append(f"  {t['kind']:<6} {t['what']}: {t['bound']}x, "
-                   f"measured {t['measured']:.2f}x: {verdict}")
+        unit = t.get("unit", "x")
+        out.append(f"  {t['kind']:<6} {t['what']}: {t['bound']}{unit}, "
+                   f"measured {t['measured']:.2f}{unit}: {verdict}")
     return "\n".join(out)
 
 

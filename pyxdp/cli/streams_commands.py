@@ -58,7 +58,6 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
     def emit(stream: dict) -> None:
         if as_json:
             emit_json(stream)
-            sys.stdout.flush()
         else:
             ended.append(stream)
             del ended[:-200]
@@ -86,6 +85,9 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
             sys.stdout.flush()
         for path, why in w.probes.failed.items():
             note(f"no uprobes on {path}: {why}")
+        if w.session.ends_missed:
+            note(f"{w.session.ends_missed} closes and exits found the ring full: they were kept "
+                 f"aside and counted in their place; the bytes before them may be missing")
         for name, n in w.session.failures.items():
             note(f"{n} events not parsed ({name}): a bug, please report it")
 

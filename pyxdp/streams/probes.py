@@ -22,11 +22,17 @@ SOURCE = "streams.c"
 
 # Event kinds (bpf/streams.h), numbered from 1.
 DATA, CONN, CLOSE, EXIT, LINK = 1, 2, 3, 4, 5
+EXIT_KEY = 2  # the tls field of an exit's key among the missed ends (zl_st_ends_missed)
 PIECE = 4096  # payload bytes per event
 PIECES = 4  # events per call at most: a longer call is partly missed, and counted
 IOVS = 4  # iovecs read per readv/writev/recvmsg/sendmsg
-RING_PAGES = 1024  # 4 MiB of ring buffer
+RING_PAGES = 4096  # 16 MiB of ring buffer: a quarter second of a flood on loopback
 MAX_PIDS = 1024  # entries of zl_st_pids
+# Calls in a row on an untracked socket that are not HTTP before it is
+# ignored until closed: enough that a connection older than the observer,
+# joined in the middle of a long body, is not given up before its next
+# response (docs/spec.md §11.1).
+IGNORE_AFTER = 64
 
 # struct zl_st_event (bpf/streams.h): change both together.
 EVENT = Layout(
@@ -53,7 +59,8 @@ BPF_PROG_TYPE_KPROBE = 2  # uprobes are kprobe programs
 def c_defines() -> dict[str, int]:
     """The event's constants (bpf/streams.h), by C name."""
     return {"ZL_ST_PIECE": PIECE, "ZL_ST_DATA": DATA, "ZL_ST_CONN": CONN,
-            "ZL_ST_CLOSE": CLOSE, "ZL_ST_EXIT": EXIT, "ZL_ST_LINK": LINK}
+            "ZL_ST_CLOSE": CLOSE, "ZL_ST_EXIT": EXIT, "ZL_ST_LINK": LINK,
+            "ZL_ST_EXIT_KEY": EXIT_KEY}
 
 
 # The kernel struct fields the C reads: -D ZL_ST_OFF_<NAME> = byte offset.
@@ -94,7 +101,8 @@ def load_flags(max_conns: int, filter_pids: bool) -> tuple[str, ...]:
     running kernel's field offsets."""
     d = c_defines() | kernel_offsets() | {"ZL_ST_PIECES": PIECES, "ZL_ST_IOVS": IOVS,
                        "ZL_ST_MAX_CONNS": max_conns, "ZL_ST_RING_PAGES": RING_PAGES,
-                       "ZL_ST_FILTER_PIDS": int(filter_pids), "ZL_ST_SELF": os.getpid()}
+                       "ZL_ST_FILTER_PIDS": int(filter_pids), "ZL_ST_SELF": os.getpid(),
+                       "ZL_ST_IGNORE_AFTER": IGNORE_AFTER}
     return compiler.define_flags(d)
 
 

@@ -7,95 +7,132 @@ A connection is (pid, tls, id): id is the fd for plaintext, the SSL pointer
 for TLS, so the tracker can end every connection of a process that exits.
 """
 
-import ctypes
-import ipaddress
+import mmap
 import socket
 import struct
 import time
 from typing import Any
 
 from pyxdp.streams import probes
+from pyxdp.streams.probes import CLOSE, CONN, DATA, EXIT, EXIT_KEY, HEADER_LEN, LINK
+from pyxdp.streams.ring import Ring
 
-# The event's header: every field before the payload.
-_HEADER = struct.Struct("=" + "".join(fmt for name, fmt in probes.EVENT.fields if name != "data"))
+# The event's header, every field before the payload, in two parts: the
+# first (up to tls) is all a DATA event needs; the rest describes a
+# connection (CONN, LINK).
+_FIELDS = [fmt for name, fmt in probes.EVENT.fields if name != "data"]
+_SPLIT = [name for name, _ in probes.EVENT.fields].index("tls") + 1
+_COMMON = struct.Struct("=" + "".join(_FIELDS[:_SPLIT]))
+_DESCRIBED = struct.Struct("=" + "".join(_FIELDS[_SPLIT:]))
+_V4_MAPPED = bytes(10) + b"\xff\xff"
 
 
 def _endpoint(family: int, raw: bytes, port: int) -> str | None:
     if family == socket.AF_INET:
-        return f"{ipaddress.IPv4Address(raw[:4])}:{port}"
+        return f"{socket.inet_ntop(socket.AF_INET, raw[:4])}:{port}"
+    if family == socket.AF_INET6 and raw[:12] == _V4_MAPPED:
+        return f"{socket.inet_ntop(socket.AF_INET, raw[12:16])}:{port}"
     if family == socket.AF_INET6:
-        addr = ipaddress.IPv6Address(raw)
-        if addr.ipv4_mapped:
-            return f"{addr.ipv4_mapped}:{port}"
-        return f"[{addr}]:{port}"
+        return f"[{socket.inet_ntop(socket.AF_INET6, raw)}]:{port}"
     return None
 
 
 class Session:
     """Feeds TRACKER from the ring buffer of PROBES: poll() reads what is
-    there, then waits; the tracker says what ended."""
+    there, then waits; the tracker says what ended. close() unmaps the ring."""
 
     def __init__(self, probes_: probes.Probes, tracker: Any, max_conns: int = 20000):
         self.tracker = tracker
-        self.bpf = probes_.bpf
         self.max_conns = max_conns
-        # (conn, outgoing): the stream offset the next byte should have
-        self._next: dict[tuple[tuple[int, int, int], bool], int] = {}
+        # (conn, out 0 or 1): the stream offset the next byte should have
+        self._next: dict[tuple[tuple[int, int, int], int], int] = {}
         self.events = 0
         # Events the tracker failed on: counted, by exception type only, as
         # a message might quote the bytes it was given.
         self.failures: dict[str, int] = {}
-        self.bpf[b"zl_st_events"].open_ring_buffer(self._on_event)
+        self.ends_missed = 0  # closes and exits the ring had no room for, taken from a map
+        self._missed_table = probes_.bpf[b"zl_st_ends_missed"]
+        self.ring = Ring(probes_.bpf[b"zl_st_events"].map_fd, probes.RING_PAGES * mmap.PAGESIZE)
 
     def poll(self, interval_ms: int) -> None:
         """Read what the ring holds, then wait INTERVAL_MS: the program
         never wakes us (docs/spec.md §11.1), so a busy host costs one read
-        per interval, not a wake-up per event."""
-        self.bpf.ring_buffer_consume()
-        time.sleep(interval_ms / 1000)
+        per interval, not a wake-up per event. A ring found more than a
+        quarter full is read again at once, before it fills."""
+        missed = self._ends_missed()
+        records = self.ring.read()
+        view = self.ring.view
+        self.events += len(records)
+        expect, data, unpack, skip = self._next, self.tracker.data, _COMMON.unpack_from, HEADER_LEN
+        for at, _size in records:
+            ts, ident, off, tgid, length, fd, kind, out, tls = unpack(view, at)
+            conn = (tgid, tls, ident)
+            if missed and missed[0][0] <= ts:
+                self._end_missed(missed, ts)
+            try:
+                if kind != DATA:
+                    self._dispatch(view, at, kind, conn, ts)
+                    continue
+                # DATA, the one event of every read and write: inline
+                key = (conn, out)
+                expected = expect.get(key)
+                lost = 0 if expected is None else off - expected
+                if lost < 0:  # already seen (cannot happen with ordered offsets)
+                    continue
+                if expected is None and len(expect) >= 4 * self.max_conns:
+                    del expect[next(iter(expect))]  # bounded: the oldest goes
+                expect[key] = off + length
+                if length or lost:
+                    at += skip
+                    data(conn, out == 1, view[at:at + length].tobytes(), ts, lost)
+            except Exception as exc:  # never printed: see failures
+                name = type(exc).__name__
+                self.failures[name] = self.failures.get(name, 0) + 1
+        self.ring.release()
+        if missed:
+            self._end_missed(missed, None)
+        if self.ring.backlog < self.ring.size // 4:
+            time.sleep(interval_ms / 1000)
 
-    def _on_event(self, _ctx, data, size) -> int:
-        self.events += 1
-        try:
-            self._dispatch(data)
-        except Exception as exc:  # never printed: see failures
-            name = type(exc).__name__
-            self.failures[name] = self.failures.get(name, 0) + 1
-        return 0
+    def close(self) -> None:
+        self.ring.close()
 
-    def _dispatch(self, data) -> None:
-        (ts, ident, off, tgid, length, fd, kind, out, tls, family, lport, rport, laddr, raddr,
-         comm) = _HEADER.unpack(ctypes.string_at(data, probes.HEADER_LEN))
-        conn = (tgid, tls, ident)
-        if kind == probes.DATA:
-            self._data(conn, bool(out), data, off, length, ts)
-        elif kind in (probes.CONN, probes.LINK):
-            if kind == probes.CONN:  # tracked anew: its offsets start at 0
-                self._next[(conn, False)] = self._next[(conn, True)] = 0
+    def _ends_missed(self) -> list[tuple[int, tuple[int, int, int]]]:
+        """The ends the program could not put in a full ring (bpf/streams.c
+        zl_st_ends_missed), taken out, oldest first, as (time, connection)."""
+        table = self._missed_table
+        items = list(table.items())  # one system call when empty, the usual case
+        for k, _ in items:
+            del table[k]
+        self.ends_missed += len(items)
+        return sorted((v.value, (k.tgid, k.tls, k.id)) for k, v in items)
+
+    def _end_missed(self, missed: list, until: int | None) -> None:
+        """The missed ends up to time UNTIL (all of them: None), in their
+        place among the ring's events."""
+        while missed and (until is None or missed[0][0] <= until):
+            ts, conn = missed.pop(0)
+            kind = EXIT if conn[1] == EXIT_KEY else CLOSE
+            self._dispatch(None, 0, kind, conn, ts)
+
+    def _dispatch(self, view, at: int, kind: int, conn: tuple, ts: int) -> None:
+        tgid, tls = conn[0], conn[1]
+        if kind in (CONN, LINK):
+            if kind == CONN:  # tracked anew: its offsets start at 0
+                self._next[(conn, 0)] = self._next[(conn, 1)] = 0
+            family, lport, rport, laddr, raddr, comm = _DESCRIBED.unpack_from(
+                view, at + _COMMON.size)
             self.tracker.describe(conn, pid=tgid, comm=comm.split(b"\0", 1)[0].decode(
                 errors="replace"), tls=bool(tls), local=_endpoint(family, laddr, lport),
                 remote=_endpoint(family, raddr, rport))
-        elif kind == probes.CLOSE:
+        elif kind == CLOSE:
             self._forget(conn)
             self.tracker.closed(conn, ts)
-        elif kind == probes.EXIT:
+        elif kind == EXIT:
             for key in [k for k in self._next if k[0][0] == tgid]:
                 del self._next[key]
             self.tracker.process_exited(tgid, ts)
 
-    def _data(self, conn, out: bool, data, off: int, length: int, ts: int) -> None:
-        key = (conn, out)
-        expected = self._next.get(key)
-        lost = 0 if expected is None else off - expected
-        if lost < 0:  # already seen (cannot happen with ordered offsets): skip
-            return
-        if expected is None and len(self._next) >= 4 * self.max_conns:
-            del self._next[next(iter(self._next))]  # bounded: the oldest goes
-        self._next[key] = off + length
-        payload = ctypes.string_at(data + probes.HEADER_LEN, length) if length else b""
-        if payload or lost:
-            self.tracker.data(conn, out, payload, ts, lost=lost)
-
     def _forget(self, conn) -> None:
-        self._next.pop((conn, False), None)
-        self._next.pop((conn, True), None)
+        self._next.pop((conn, 0), None)
+        self._next.pop((conn, 1), None)

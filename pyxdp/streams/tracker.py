@@ -22,7 +22,10 @@ _MAX_PENDING = 16  # requests awaiting their response on one connection
 def _printable(value, limit: int) -> str | None:
     if value is None:
         return None
-    text = "".join(ch for ch in str(value)[:limit] if " " <= ch < "\x7f")
+    text = str(value)[:limit]
+    if text.isascii() and text.isprintable():  # the usual name, without a loop in Python
+        return text or None
+    text = "".join(ch for ch in text if " " <= ch < "\x7f")
     return text or None
 
 

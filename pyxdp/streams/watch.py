@@ -83,4 +83,5 @@ class Watch(ClosedOnExit):
         return self.tracker.open_streams(monotonic_ns())
 
     def close(self) -> None:
+        self.session.close()
         self.probes.close()

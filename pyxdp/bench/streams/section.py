@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pyxdp.bench.drawing import FLOOR, ZEROLAYER, bar, verdicts
 from pyxdp.bench.figures import cells, figure
 from pyxdp.bench.section import Progress, Rig, Section, Target, judged
+from pyxdp.bench.streams.sse_load import STARTED
 from pyxdp.human import number, table
 
 TRANSPORTS = ("plain", "tls")
@@ -45,6 +46,7 @@ PHASES = ("paced", "flood")
 ARMS = ("unobserved", "observed")
 SETTLE_S = 10.0  # how long the observer may take to report a run's streams
 ALONE_S = 180.0  # how long an arm waits for another observer on the host to end
+EDGE_S = 0.3  # a paced run's steady part leaves out this much after its start and before its end
 PER_CALL_ALLOWANCE_US = 2.0  # the issue's "+ 2 us" per chunk over TLS
 
 
@@ -105,6 +107,11 @@ def _one(workers: dict, ports: dict, observer, transport: str, phase: str, plan:
     clients.conn.send({"port": ports[transport], "tls": tls, "streams": streams,
                        "chunks": chunks, "interval_us": interval_us, "connect_s": 120.0})
     res = clients.conn.recv()
+    steady = None
+    if res == STARTED:
+        if observer is not None and interval_us:
+            steady = _steady(server, observer.pid, chunks * interval_us / 1e6)
+        res = clients.conn.recv()
     seconds = time.monotonic() - start
     server.conn.send("count")
     wrote = server.conn.recv()
@@ -126,8 +133,29 @@ def _one(workers: dict, ports: dict, observer, transport: str, phase: str, plan:
             "server_chunks": wrote["chunks"],
             "server_chunks_per_s": round(wrote["chunks"] / span, 1) if span > 0 else 0.0,
             "seconds": round(seconds, 3), "gap_p50_ms": res["gap_p50_ms"],
-            "gap_p99_ms": res["gap_p99_ms"], "cpu_s": cpu, "observer": seen,
+            "gap_p99_ms": res["gap_p99_ms"], "cpu_s": cpu, "observer": seen, "steady": steady,
             "errors": [f"{transport} {phase}: {e}" for e in res["errors"]]}
+
+
+def _steady(server, observer_pid: int, paced_s: float) -> dict | None:
+    """The observer's CPU in the steady part of a paced run that has just
+    started: every stream under way, none starting or ending, the chunks at
+    the paced rate. What the streams' start and end cost is what the whole
+    run costs beyond it."""
+    from pyxdp.bench.streams.observer import cpu_s
+
+    span = paced_s - 2 * EDGE_S
+    if span < 0.5:
+        return None
+    time.sleep(EDGE_S)
+    marks = []
+    for wait in (0.0, span):
+        time.sleep(wait)
+        server.conn.send("count")
+        marks.append((time.monotonic(), cpu_s(observer_pid), server.conn.recv()["chunks"]))
+    (t0, c0, n0), (t1, c1, n1) = marks
+    return {"seconds": round(t1 - t0, 3), "observer_cpu_s": round(c1 - c0, 6),
+            "server_chunks": n1 - n0}
 
 
 def _loops(loop, plan: Plan, bare_pid: int | None) -> dict:
@@ -304,7 +332,7 @@ def _transport(measured: dict, transport: str, rounds: int) -> dict:
     runs = measured["runs"]
     per: dict[str, list[float]] = {k: [] for k in (
         "sat_u", "sat_o", "sat_ratio", "p99_u", "p99_o", "p99_ratio", "load_u", "load_o",
-        "added", "obs_us", "obs_pct")}
+        "added", "obs_us", "steady_pct", "steady_rate", "steady_us", "stream_us")}
     for r in range(rounds):
         pu, po = (_pick(runs, r, a, transport, "paced") for a in ARMS)
         fu, fo = (_pick(runs, r, a, transport, "flood") for a in ARMS)
@@ -322,8 +350,16 @@ def _transport(measured: dict, transport: str, rounds: int) -> dict:
         per["added"].append(_load_us_per_chunk(po) - _load_us_per_chunk(pu))
         obs_us = po["cpu_s"]["observer"] * 1e6 / po["server_chunks"]
         per["obs_us"].append(obs_us)
-        # us of CPU per chunk at RATE chunks/s is that share of one CPU
-        per["obs_pct"].append(obs_us * measured["load"]["paced_rate"] / 1e4)
+        steady = po.get("steady")
+        if steady and steady["server_chunks"] and steady["seconds"]:
+            # the observer's share of one CPU while every stream is under way
+            per["steady_pct"].append(100 * steady["observer_cpu_s"] / steady["seconds"])
+            per["steady_rate"].append(steady["server_chunks"] / steady["seconds"])
+            steady_us = steady["observer_cpu_s"] * 1e6 / steady["server_chunks"]
+            per["steady_us"].append(steady_us)
+            # the rest of the run's observer CPU: its streams beginning and ending
+            per["stream_us"].append((obs_us - steady_us) * po["server_chunks"]
+                                    / max(1, po["streams_whole"]))
     if not per["sat_ratio"]:
         return {}
     return {
@@ -337,8 +373,12 @@ def _transport(measured: dict, transport: str, rounds: int) -> dict:
                                   "observed": figure(per["load_o"])},
         "added_us_per_chunk": figure(per["added"]),
         "observer_cpu_us_per_chunk": figure(per["obs_us"]),
-        "observer_cpu_pct_of_one_cpu": figure(per["obs_pct"]),
-    }
+    } | ({
+        "steady_chunks_per_s": figure(per["steady_rate"]),
+        "observer_steady_us_per_chunk": figure(per["steady_us"]),
+        "observer_cpu_pct_of_one_cpu": figure(per["steady_pct"]),
+        "observer_us_per_stream": figure(per["stream_us"]),
+    } if per["steady_pct"] else {})
 
 
 def _idle(measured: dict) -> dict:
@@ -402,10 +442,10 @@ TARGETS = [
            "streams.plain.saturation_ratio", ">=", 0.95),
     Target("clients' chunk-gap p99 at the paced load, plaintext, observed against unobserved",
            "streams.plain.paced_gap_p99_ratio", "<=", 1.10),
-    Target("observer's CPU at 10,000 chunks/s, plaintext, % of one CPU",
-           "streams.plain.observer_cpu_pct_of_one_cpu", "<=", 10.0),
-    Target("observer's CPU at 10,000 chunks/s, TLS, % of one CPU",
-           "streams.tls.observer_cpu_pct_of_one_cpu", "<=", 10.0),
+    Target("observer's CPU at 10,000 chunks/s (steady: every stream under way), plaintext, "
+           "of one CPU", "streams.plain.observer_cpu_pct_of_one_cpu", "<=", 10.0, unit="%"),
+    Target("observer's CPU at 10,000 chunks/s (steady: every stream under way), TLS, "
+           "of one CPU", "streams.tls.observer_cpu_pct_of_one_cpu", "<=", 10.0, unit="%"),
     Target("CPU added per chunk over TLS, against uprobe hits x hit cost + 2 us",
            "streams.tls.added_vs_bound", "<=", 1.0),
     Target("a process that streams nothing: send/recv loop, observed against unobserved",
@@ -442,10 +482,17 @@ def _render(r: dict) -> str:
                      *cells(t["paced_gap_p99_ratio"], "{:.3f}x")])
         rows.append([transport, "CPU added per chunk, us", "",
                      *cells(t["added_us_per_chunk"], "{:,.2f}")])
-        rows.append([transport, "observer CPU us/chunk", "",
+        rows.append([transport, "observer CPU us/chunk, whole run", "",
                      *cells(t["observer_cpu_us_per_chunk"], "{:,.2f}")])
-        rows.append([transport, "observer % of one CPU at 10k/s", "",
-                     *cells(t["observer_cpu_pct_of_one_cpu"], "{:,.1f}")])
+        if "observer_cpu_pct_of_one_cpu" in t:
+            rows.append([transport, "chunks/s, steady part (every stream under way)", "",
+                         *cells(t["steady_chunks_per_s"], "{:,.0f}")])
+            rows.append([transport, "observer CPU us/chunk, steady part", "",
+                         *cells(t["observer_steady_us_per_chunk"], "{:,.2f}")])
+            rows.append([transport, "observer % of one CPU, steady part", "",
+                         *cells(t["observer_cpu_pct_of_one_cpu"], "{:,.1f}")])
+            rows.append([transport, "observer CPU us per stream begun and ended", "",
+                         *cells(t["observer_us_per_stream"], "{:,.0f}")])
         if "added_vs_bound" in t:
             rows.append([transport, f"added / ({t['uprobe_hits_per_chunk']:.2f} hits x hit "
                          f"+ 2 us = {t['bound_us_per_chunk']:.2f} us)", "",

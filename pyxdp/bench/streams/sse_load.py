@@ -39,6 +39,7 @@ HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: n
         b"Transfer-Encoding: chunked\r\n\r\n")
 BODY = (b'{"model":"' + MODEL.encode() + b'","stream":true,'
         b'"messages":[{"role":"user","content":"Say something."}]}')
+STARTED = "started"  # the clients' word that every request is written
 FLOOD_YIELD = 8  # a flooding stream lets the others write every this many chunks
 
 
@@ -212,7 +213,7 @@ class _ClientStream(asyncio.Protocol):
 
 
 async def _run(port: int, tls: bool, streams: int, chunks: int, interval_us: int,
-               connect_s: float) -> dict:
+               connect_s: float, started=None) -> dict:
     loop = asyncio.get_running_loop()
     ctx = None
     if tls:
@@ -242,6 +243,8 @@ async def _run(port: int, tls: bool, streams: int, chunks: int, interval_us: int
         if due > loop.time():
             await asyncio.sleep(due - loop.time())
         proto.transport.write(req)
+    if started is not None:
+        started()
     timeout = 60.0 + chunks * interval_us / 1e6
     done = await asyncio.wait_for(asyncio.gather(*(p.done for p in protos)), timeout)
     for p in protos:
@@ -258,12 +261,12 @@ async def _run(port: int, tls: bool, streams: int, chunks: int, interval_us: int
 
 def client_main(conn) -> None:
     """Run what each command asks ({"port", "tls", "streams", "chunks",
-    "interval_us", "connect_s"}), answering with what the clients read;
-    None ends it."""
+    "interval_us", "connect_s"}), answering STARTED once every request is
+    written, then with what the clients read; None ends it."""
     raise_fd_limit()
     while (job := conn.recv()) is not None:
         try:
-            conn.send(asyncio.run(_run(**job)))
+            conn.send(asyncio.run(_run(**job, started=lambda: conn.send(STARTED))))
         except Exception as exc:  # the run fails, the bench goes on and reports it
             conn.send({"streams": 0, "chunks": 0, "gap_p50_ms": None, "gap_p99_ms": None,
                        "errors": [f"clients: {type(exc).__name__}: {exc}"]})
