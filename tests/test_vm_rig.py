@@ -166,3 +166,22 @@ def test_the_matrix_boots_once_more_only_after_a_crash_and_says_which(tmp_path, 
         assert f"matrix: {said}" in result.stderr
     else:
         assert "booting once more" not in result.stderr
+
+
+@pytest.mark.parametrize("plant", ["symlink", "group-writable"])
+def test_a_log_directory_someone_else_could_write_is_refused(tmp_path, plant):
+    """The logs' root lives in /tmp by default: a link planted there, or a
+    directory others may write, is refused before anything is written."""
+    env = stub_qemu(tmp_path, "exit 0")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    logs = Path(env["ZEROLAYER_VM_LOGS"])
+    if plant == "symlink":
+        logs.symlink_to(target)
+    else:
+        logs.mkdir()
+        logs.chmod(0o775)
+    result = boot(env, tmp_path)
+    assert "only we can write" in result.stderr
+    assert "rc=" not in result.stdout  # boot_setup stopped the run
+    assert list(target.iterdir()) == []

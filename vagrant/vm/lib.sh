@@ -134,8 +134,16 @@ BOOT_ACCEL=() BOOT_ACCEL_NAME="" BOOT_PIDS=()
 BOOT_WORK="" BOOT_JOB="" BOOT_LOGDIR=""
 
 boot_setup() { # [PREFIX]: the run's logs (kept) and work area with the job share (removed at exit)
-    BOOT_LOGDIR="${ZEROLAYER_VM_LOGS:-/tmp/zerolayer-vm-logs}/${1:+$1-}$(date +%Y%m%d-%H%M%S)-$$"
-    mkdir -p "$BOOT_LOGDIR"
+    local root="${ZEROLAYER_VM_LOGS:-/tmp/zerolayer-vm-logs}"
+    # In /tmp anyone could have made it first: ours, a real directory,
+    # writable by nobody else, or nothing is written through it.
+    mkdir -p "$root"
+    if [ -L "$root" ] || [ "$(stat -c %u "$root")" != "$(id -u)" ] \
+        || [ -n "$(find "$root" -maxdepth 0 -perm /022)" ]; then
+        die "$root is not a directory of ours that only we can write: remove it, or set ZEROLAYER_VM_LOGS"
+    fi
+    BOOT_LOGDIR="$root/${1:+$1-}$(date +%Y%m%d-%H%M%S)-$$"
+    mkdir "$BOOT_LOGDIR"
     BOOT_WORK="$(mktemp -d /tmp/zerolayer-vm.XXXXXX)"
     BOOT_JOB="$BOOT_WORK/job"
     mkdir -p "$BOOT_JOB"
