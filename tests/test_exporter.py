@@ -24,16 +24,11 @@ from pyxdp.proto.frames import FrameType
 from pyxdp.streams.metrics import StreamMetrics
 from pyxdp.xdp import loader, parsers
 from support.cli_runner import ZEROLAYER
+from support.ports import free_port
 
 pytestmark = pytest.mark.root
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "grafana" / "zerolayer-dashboard.json"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import streams_lab as lab
 from support.cli_runner import ZEROLAYER
+from support.ports import free_port
 
 pytestmark = pytest.mark.root
 
@@ -65,7 +66,7 @@ def exporter():
 
 
 def test_exporter_streams_serves_both_histograms(exporter, tmp_path):
-    port = lab.free_port()
+    port = free_port()
     prompt = f"zl-private-prompt-{uuid.uuid4().hex}"
     # Every process's streams are counted: the test's are what it adds.
     before = scrape(exporter)

@@ -10,6 +10,7 @@ import pytest
 
 from support import streams_lab as lab
 from support.cli_runner import run_cli
+from support.ports import free_port, free_ports
 
 
 @pytest.mark.parametrize("args", [["--pid", "0"], ["--pid", "not-a-pid"], ["--count", "0"],
@@ -26,7 +27,7 @@ def test_one_pid_and_the_streams_open_at_exit(tmp_path):
     """Two clients stream; the observer watches one (TLS, paused mid-stream
     when the observer is stopped): one record, that client's, open."""
     cert, key = lab.certificate(tmp_path)
-    mock_port, tls_port = lab.free_port(), lab.free_port()
+    mock_port, tls_port = free_ports(2)
     go, resume = tmp_path / "go", tmp_path / "resume"
     secret = f"zl-private-{tmp_path.name}"
     with lab.mock_server(tmp_path, mock_port), lab.tls_gateway(tls_port, mock_port, cert, key):
@@ -65,7 +66,7 @@ def test_one_pid_and_the_streams_open_at_exit(tmp_path):
 def test_the_table(tmp_path):
     """Without --json, at the end (no terminal): the stream's row, the
     counters and what cannot be seen."""
-    port = lab.free_port()
+    port = free_port()
     with lab.mock_server(tmp_path, port):
         observer = subprocess.Popen([lab.ZEROLAYER, "streams", "--count", "1"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

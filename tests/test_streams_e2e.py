@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 from support import streams_lab as lab
+from support.ports import free_ports
 
 pytestmark = pytest.mark.root
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.root
 def setup(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("streams")
     cert, key = lab.certificate(workdir)
-    mock_port, tls_port, uvicorn_port = lab.free_port(), lab.free_port(), lab.free_port()
+    mock_port, tls_port, uvicorn_port = free_ports(3)
     tracefs_before = lab.tracefs_mounted()
     with lab.mock_server(workdir, mock_port) as mock, \
             lab.tls_gateway(tls_port, mock_port, cert, key) as gateway, \
@@ -62,7 +63,7 @@ def judge(seen: dict, client: dict, tls: bool) -> None:
 def server_of(observer, seen: dict, status: str, tls: bool) -> dict:
     """The server side's record of the stream whose client side is SEEN."""
     found = observer.wait_for(lambda s: s["side"] == "server" and s["remote"] == seen["local"], 1)
-    assert len(found) == 1, f"no server side for {seen['local']}"
+    assert len(found) == 1, f"no server side for {seen['local']} among {observer.summary()}"
     server = found[0]
     assert server["status"] == status
     assert server["tls"] is tls

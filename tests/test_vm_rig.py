@@ -154,7 +154,7 @@ def test_the_matrix_boots_once_more_only_after_a_crash_and_says_which(tmp_path, 
     # The rig copied with a run.sh that records its calls and fails the first.
     vm = tmp_path / "vagrant" / "vm"
     vm.mkdir(parents=True)
-    for name in ("lib.sh", "matrix.sh", "kernels", "kernel_table.py"):
+    for name in ("lib.sh", "log.sh", "matrix.sh", "kernels", "kernel_table.py"):
         (vm / name).write_bytes((VM / name).read_bytes())
     calls = tmp_path / "calls"
     (vm / "run.sh").write_text(f'echo "$*" >>{calls}\n[ "$(wc -l <{calls})" -gt 1 ] || exit {first}\n')

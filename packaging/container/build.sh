@@ -17,8 +17,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WHEELS="" TAG="localhost/zerolayer:latest" SUITE=trixie OUTPUT=""
 MIRROR="${ZEROLAYER_MIRROR:-http://deb.debian.org/debian}"
-say() { printf 'container/build.sh: %s\n' "$*" >&2; }
-die() { say "$*"; exit 1; }
+ZL_ME=container/build.sh
+# shellcheck source=vagrant/vm/log.sh
+. "$HERE/../../vagrant/vm/log.sh"
 while [ $# -gt 0 ]; do
     case "$1" in
         --wheels) WHEELS="${2:?}"; shift 2 ;;
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$WHEELS" ] && compgen -G "$WHEELS/zerolayer-*.whl" >/dev/null || die "--wheels DIR must hold zerolayer's wheel"
-[ "$(id -u)" -eq 0 ] || die "run me as root (debootstrap)"
+need_root debootstrap
 command -v podman >/dev/null || die "podman is missing (apt-get install podman)"
 
 WORK="$(mktemp -d /tmp/zerolayer-container.XXXXXX)"

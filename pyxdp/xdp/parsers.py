@@ -6,7 +6,8 @@ The full parser reads frame headers past the direct-read window with
 bpf_xdp_load_bytes (Linux 5.18). Where the kernel lacks that helper, the
 loader builds the direct parser instead: it reads only what direct packet
 access reaches and passes, unjudged, a datagram whose next header lies past
-the window (counter `beyond_window`). The variant is in the program's own
+the window, in the counter only the direct parser has (its row in
+pyxdp.proto.counters says so). The variant is in the program's own
 name, so `status` and `stats` read it from the program attached, not from
 the kernel they run on.
 """
@@ -14,7 +15,7 @@ the kernel they run on.
 import functools
 
 from pyxdp.kernel import bpfsys
-from pyxdp.proto import judge
+from pyxdp.proto import counters, judge
 
 FULL, DIRECT = "full", "direct"
 # The C function (and so the kernel's program name, at most 15 characters)
@@ -43,4 +44,8 @@ def note(variant: str) -> str | None:
         return None
     return ("this kernel lacks bpf_xdp_load_bytes (Linux 5.18): datagrams with a frame header "
             f"more than {judge.DIRECT_MAX} bytes into the packet are passed unjudged and "
-            "counted as beyond_window")
+            f"counted as {_direct_only_counter()}")
+
+
+def _direct_only_counter() -> str:
+    return next(m.name for m in counters.COUNTERS if m.parser == DIRECT)

@@ -29,12 +29,6 @@ CHUNKS = len(REPLY) // CHUNK_CHARS
 LATENCY_MS = 20
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -138,6 +132,12 @@ class Observer:
             if len(found) >= n or time.monotonic() > end:
                 return found
             time.sleep(0.05)
+
+    def summary(self, last: int = 12) -> list[tuple]:
+        """Who and where the last LAST reported streams were, for a failure's message."""
+        with self._lock:
+            return [(s["side"], s["pid"], s["comm"], s["tls"], s["local"], s["remote"],
+                     s["status"], s["chunks"]) for s in self.streams[-last:]]
 
     def interrupt(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> int:
         """SIG (SIGINT: Ctrl-C): its exit code once it has finished."""

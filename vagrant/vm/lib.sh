@@ -3,8 +3,7 @@
 # The VM rig's shared shell, sourced by image.sh, run.sh, matrix.sh,
 # service/image.sh, service/suite.sh, .ci/run, the Makefile and
 # ../provision.sh:
-#   logging        say, die, usage, phase (ZL_ME names the script, ZL_USAGE
-#                  its usage)
+#   logging        say, die, usage, phase, need_root (log.sh)
 #   clean-up       at_exit FUNCTION: run at exit, on every path (the traps
 #                  are set here, once)
 #   packages       apt_update, apt_install, need_tools
@@ -19,16 +18,10 @@
 ZL_VM="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ZL_REPO="$(cd "$ZL_VM/../.." && pwd)"
 ZL_CACHE="${ZEROLAYER_VM_CACHE:-/var/cache/zerolayer/vm}"
-ZL_ME="${ZL_ME:-$(basename "$0")}"
-ZL_USAGE="${ZL_USAGE:-}"
 
 # --- logging ---------------------------------------------------------------------
-say() { printf '%s: %s\n' "$ZL_ME" "$*" >&2; }
-die() { say "$*"; exit 1; }
-usage() { say "usage: $ZL_USAGE"; exit 2; }
-ZL_PHASE=$SECONDS
-phase() { say "phase $1 took $((SECONDS - ZL_PHASE)) s"; ZL_PHASE=$SECONDS; }  # NAME: time since the last
-need_root() { [ "$(id -u)" -eq 0 ] || die "run me as root${1:+ ($1)}"; }
+# shellcheck source=vagrant/vm/log.sh
+. "$ZL_VM/log.sh"
 
 # --- clean-up on every exit path --------------------------------------------------
 ZL_AT_EXIT=()

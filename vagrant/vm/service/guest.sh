@@ -24,8 +24,9 @@ UNIT=/usr/local/lib/systemd/system/zerolayer.service
 ZL=/usr/local/bin/zerolayer
 PY=/opt/zerolayer/venv/bin/python
 
-T0=$SECONDS phase_start=$SECONDS
-phase() { echo "== phase $1: $((SECONDS - phase_start)) s (boot $BOOT at $((SECONDS - T0)) s)"; phase_start=$SECONDS; }
+ZL_ME="guest.sh, boot $BOOT"
+# shellcheck source=vagrant/vm/log.sh
+. "$SHARE/log.sh"   # phase: the rig's own, copied into the share by suite.sh
 ok() { echo "ok: $*"; }
 fail() {
     echo "FAIL: $*"
@@ -374,4 +375,4 @@ case "$BOOT" in
     2) boot2 ;;
     *) fail "usage: guest.sh 1|2" ;;
 esac
-echo "== boot $BOOT passed in $((SECONDS - T0)) s"
+echo "== boot $BOOT passed in $SECONDS s"
