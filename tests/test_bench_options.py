@@ -5,6 +5,7 @@ that cannot be drawn; and the plans and targets the options lead to.
 matplotlib is the optional [plot] extra: without it, --plot says what to
 install, and nothing imports it before a plot is drawn."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -93,8 +94,8 @@ def test_the_plan_takes_what_the_options_give():
     assert own["delivery"].frames == 5000 and plan.quick
     assert own["parser"].repeats == bench.QUICK.sections["parser"].repeats
     assert own["tx"] == bench.QUICK.sections["tx"].__class__(rounds=3, datagrams=20_000)
-    assert own["relay"] == relay_bench.Plan(rounds=3, flood_frames=8000,
-                                            paced_s=relay_bench.QUICK.paced_s, streams=(4, 1))
+    assert own["relay"] == dataclasses.replace(relay_bench.QUICK, rounds=3, flood_frames=8000,
+                                               streams=(4, 1))
     assert bench.plan() == bench.FULL and bench.plan(quick=True) == bench.QUICK
     with pytest.raises(TypeError, match="no bench section takes nosuch_option"):
         bench.plan(nosuch_option=1)
@@ -129,3 +130,11 @@ def test_the_relay_targets_name_their_figures():
     assert [(t["measured"], t["met"]) for t in got] == [(4.0, True), (1.2, False)]
     assert [figure_of(report, t["key"]) for t in got] == [
         ratios["throughput_vs_asyncio"], ratios["paced_p99_vs_asyncio"]]
+    # the gateway's cadence: against haproxy, latency and the CPU a frame
+    cadence = {"p99_vs_haproxy": figure([0.9]), "cpu_per_frame_vs_haproxy": figure([1.3])}
+    report["relay"].update(cadence={"sockmap_ratio": cadence},
+                           load={"cadence_streams": 1000, "cadence_rate": 20})
+    got = bench.targets(report, ["relay"])[2:]
+    assert [(t["measured"], t["met"]) for t in got] == [(0.9, True), (1.3, False)]
+    assert [figure_of(report, t["key"]) for t in got] == list(cadence.values())
+    assert "1,000 streams at 20 frames/s each" in got[0]["what"]

@@ -38,18 +38,22 @@ def test_the_section_measures_every_engine(relay_run):
     report, progress, _ = relay_run
     assert list(report) == ["machine", "quick", "relay", "targets", "duration_s", "plot"]
     relay = report["relay"]
-    assert list(relay) == ["load", "results", "sockmap_relay", "errors", "runs", "engines",
-                           "skipped", "sockmap_profile", "write_sizes"]
+    assert list(relay) == ["load", "results", "cadence", "sockmap_relay", "errors", "runs",
+                           "engines", "skipped", "sockmap_profile", "write_sizes"]
     assert relay["errors"] == [] and relay["skipped"] == {}
     assert relay["load"]["streams"] == list(STREAMS)
     assert relay["load"]["flood_frames"] == FLOOD and relay["load"]["rounds"] == 1
     sizes = relay_bench.QUICK.write_sizes
     assert relay["load"]["write_sizes"] == list(sizes)
     assert len(relay["runs"]) == (len(STREAMS) * 2 * len(relay_bench.ENGINES)
+                                  + len(relay_bench.CADENCE_ENGINES)
                                   + len(sizes) * len(relay_bench.SWEEP_ENGINES))
     for run in relay["runs"]:
         if run["phase"] in ("flood", "write_size"):
             assert run["frames"] == FLOOD // run["streams"] * run["streams"]
+        if run["phase"] == "cadence":
+            assert run["streams"] == relay_bench.QUICK.cadence_streams
+            assert run["frames"] > 0 and run["host_cpu_per_frame_us"] > 0
         assert run["frames_per_s"] > 0 and run["latency_us"]["p99"] >= run["latency_us"]["p50"]
         assert set(run["cpu_s"]) >= {"generator", "receiver", "host_busy"}
     for streams in map(str, STREAMS):
@@ -62,6 +66,13 @@ def test_the_section_measures_every_engine(relay_run):
         # the ceiling: sockmap with no framing at all, against the same best peer
         assert set(result["unframed_ratio"]) == {"throughput_vs_best_peer"}
         assert result["best_peer"] in relay_bench.PEERS
+    # the gateway's cadence: many slow streams through sockmap, asyncio and haproxy
+    cadence = relay["cadence"]
+    assert list(cadence["ways"]) == list(relay_bench.CADENCE_ENGINES)
+    for f in cadence["ways"].values():
+        assert f["p99_us"]["median"] >= f["p50_us"]["median"] > 0
+        assert f["host_cpu_per_frame_us"]["median"] > 0
+    assert set(cadence["sockmap_ratio"]) == {"p99_vs_haproxy", "cpu_per_frame_vs_haproxy"}
     # the write-size sweep: a 1-stream flood per size through every engine but asyncio
     assert sorted(r["batch"] for r in relay["runs"] if r["phase"] == "write_size") == sorted(
         size for size in sizes for _ in relay_bench.SWEEP_ENGINES)
@@ -104,6 +115,8 @@ def test_its_targets_join_the_top_level_targets(relay_run):
             expected += [("target", ratio + "throughput_vs_best_peer"),
                          ("goal", ratio + "throughput_vs_best_peer"),
                          ("target", ratio + "paced_p99_vs_haproxy")]
+    expected += [("target", "relay.cadence.sockmap_ratio.p99_vs_haproxy"),
+                 ("target", "relay.cadence.sockmap_ratio.cpu_per_frame_vs_haproxy")]
     assert keys == expected
     assert all(isinstance(t["met"], bool) for t in report["targets"])
 
@@ -125,6 +138,7 @@ def test_the_text_report(cli):
         in proc.stdout
     assert "zl_sk_parser" in proc.stdout  # the profile
     assert "write sizes, 1 stream flooding" in proc.stdout  # the sweep
+    assert "the gateway's cadence: 200 streams at 20 frames/s each" in proc.stdout
 
 
 def test_missing_peers_are_skipped_with_a_note(tmp_path):
@@ -145,6 +159,9 @@ def test_missing_peers_are_skipped_with_a_note(tmp_path):
     assert set(relay["results"]["1"]["ways"]) == {"sockmap", "sockmap_unframed", "asyncio",
                                                   "direct"}
     assert relay["results"]["1"]["unframed_ratio"] == {}
+    # no haproxy: the cadence runs still compare zerolayer's two, with no ratio
+    assert list(relay["cadence"]["ways"]) == ["sockmap", "asyncio"]
+    assert relay["cadence"]["sockmap_ratio"] == {}
     assert relay["results"]["1"]["best_peer"] is None
     for sweep in relay["write_sizes"].values():
         assert list(sweep["ways"]) == ["sockmap", "sockmap_unframed", "direct"]

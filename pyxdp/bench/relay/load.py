@@ -13,7 +13,10 @@ measured:
   the recv that completed it minus its stamp.
 """
 
+import heapq
+import itertools
 import json
+import random
 import resource
 import selectors
 import socket
@@ -56,7 +59,9 @@ class _Stream:
         self.params = params
         now = time.monotonic()
         self.end = now + params.get("seconds", 0)
-        self.next_due = now
+        # "spread": each stream's first frame at a random point of its
+        # interval, as real streams' phases are, not all at once
+        self.next_due = now + (random.uniform(0, params["interval"]) if params.get("spread") else 0)
 
     def more(self) -> bool:
         """Frames left to send: by count (flood), or by time (paced)."""
@@ -80,7 +85,8 @@ def generator_main(conn) -> None:
     """Serve bench streams until told to stop. A stream's REQUEST payload
     (JSON) says {"frames": N, "batch": B, "interval": 0}: N frames, B per
     send, back to back; or {"seconds": S, "batch": B, "interval": I}: B
-    frames every I seconds for S seconds. Then a DONE carrying the count."""
+    frames every I seconds for S seconds (from a random point of the first
+    interval when it also says "spread": true). Then a DONE carrying the count."""
     raise_fd_limit()
     lst = relay_sockets.listener("127.0.0.1:0")
     lst.setblocking(False)
@@ -89,11 +95,12 @@ def generator_main(conn) -> None:
     sel.register(lst, selectors.EVENT_READ, "listen")
     sel.register(conn.fileno(), selectors.EVENT_READ, "control")
     streams: dict[int, _Stream] = {}
+    # Paced streams by when they are due next: a thousand slow streams cost
+    # a heap operation a send, not a scan of them all.
+    due: list[tuple[float, int, _Stream]] = []
+    order = itertools.count()  # ties in time never compare two streams
     while True:
-        paced = [s for s in streams.values() if s.params and not s.finished and s.params["interval"]]
-        timeout = None
-        if paced:
-            timeout = max(0.0, min(s.next_due for s in paced) - time.monotonic())
+        timeout = max(0.0, due[0][0] - time.monotonic()) if due else None
         for key, events in sel.select(timeout):
             if key.data == "control":
                 return
@@ -109,19 +116,30 @@ def generator_main(conn) -> None:
                 continue
             st = streams[key.fd]
             if events & selectors.EVENT_READ:
+                waiting = not st.params
                 if not _gen_read(st):
                     sel.unregister(st.sock)
                     del streams[key.fd]
                     st.sock.close()
+                    st.finished = True  # its entry in DUE, if any, is dropped there
                     continue
+                if waiting and st.params and st.params["interval"]:
+                    heapq.heappush(due, (st.next_due, next(order), st))
             if st.out:
                 _gen_write(st, sel)
         now = time.monotonic()
-        for st in paced:
-            if now >= st.next_due and not st.out:
-                st.out = st.batch(st.params["batch"]) if st.more() else st.done_frame()
-                st.next_due += st.params["interval"]
-                _gen_write(st, sel)
+        while due and due[0][0] <= now:
+            _, _, st = heapq.heappop(due)
+            if st.finished:
+                continue
+            if st.out:  # the last batch still waits for room: try again soon
+                heapq.heappush(due, (now + st.params["interval"] / 10, next(order), st))
+                continue
+            st.out = st.batch(st.params["batch"]) if st.more() else st.done_frame()
+            st.next_due += st.params["interval"]
+            _gen_write(st, sel)
+            if not st.finished:
+                heapq.heappush(due, (st.next_due, next(order), st))
 
 
 def _gen_read(st: _Stream) -> bool:

@@ -26,6 +26,13 @@ concurrent streams):
   under that load (mostly time queued on the way);
 - paced: 10,000 frames/s in total, a load every engine carries, for the
   latency of the path itself.
+Then, per round, the gateway's load (cadence): many slow streams, by
+default 1,000 streams at 20 frames/s each (20,000 frames/s), their phases
+spread, through sockmap, asyncio and haproxy. Besides p50/p99 it reports
+the CPU a frame cost the whole machine (the busy time of every CPU over the
+run, over the frames): sockmap's work is the kernel's, in softirq and
+kworker context, so no process's own CPU time holds it, and the generator
+and receiver are the same for every engine.
 Rounds interleave the engines; each figure is the median of the rounds
 (cpu_s is the last round's), and ratios are taken within a round (the
 machine is shared and noisy).
@@ -79,10 +86,15 @@ class Plan:
     flood_batch: int = 256
     write_sizes: tuple[int, ...] = (16, 1024, 4096)  # frames per send of the sweep
     peers: tuple[str, ...] = PEERS  # which peers to run, when they can
+    cadence_streams: int = 1_000  # the gateway's load: many slow streams...
+    cadence_rate: int = 20  # ...this many frames/s each...
+    cadence_s: float = 5.0  # ...for this long
 
 
 FULL = Plan(rounds=5, flood_frames=2_000_000, paced_s=2.0)
-QUICK = Plan(rounds=1, flood_frames=200_000, paced_s=0.2)
+QUICK = Plan(rounds=1, flood_frames=200_000, paced_s=0.2, cadence_streams=200, cadence_s=1.0)
+# The engines the cadence runs compare: zerolayer's two and what a gateway runs.
+CADENCE_ENGINES = ("sockmap", "asyncio", "haproxy")
 
 
 # --- the asyncio relay process ------------------------------------------------------------
@@ -141,6 +153,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def _host_busy() -> tuple[int, int]:
+    """Busy and all clock ticks of every CPU so far (/proc/stat)."""
     with open("/proc/stat") as f:
         values = [int(v) for v in f.readline().split()[1:]]
     idle = values[3] + values[4]
@@ -158,6 +171,9 @@ def _params(streams: int, phase: str, plan: Plan, batch: int | None) -> tuple[di
     if phase in ("flood", "write_size"):
         return ({"frames": plan.flood_frames // streams, "batch": batch or plan.flood_batch,
                  "interval": 0}, 60.0)
+    if phase == "cadence":
+        return ({"seconds": plan.cadence_s, "interval": 1 / plan.cadence_rate, "batch": 1,
+                 "spread": True}, plan.cadence_s)
     interval = max(0.001, streams / plan.paced_rate)
     return ({"seconds": plan.paced_s, "interval": interval,
              "batch": max(1, round(plan.paced_rate * interval / streams))}, plan.paced_s)
@@ -185,9 +201,14 @@ def _one(engine: str, streams: int, phase: str, plan: Plan, address: str, worker
     if engine.startswith("sockmap"):
         cpu["relay"] = round(own1 - own0, 3)  # its control plane; the kernel's work is not in it
     cpu["host_busy"] = round((busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]), 3)
+    cpu["host"] = round((busy1[0] - busy0[0]) / os.sysconf("SC_CLK_TCK"), 3)
     result["cpu_s"] = cpu
     if phase == "paced":
         result["offered_per_s"] = plan.paced_rate
+    if phase == "cadence":
+        result["offered_per_s"] = plan.cadence_streams * plan.cadence_rate
+        result["host_cpu_per_frame_us"] = (round(cpu["host"] / result["frames"] * 1e6, 2)
+                                           if result["frames"] else 0.0)
     return result
 
 
@@ -222,7 +243,7 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
         # The flood outruns any relay: its backlog must not count as a slow reader.
         # Room for twice the streams: a run's pairs may still be closing when
         # the next run connects (on a busy machine), and must not refuse it.
-        max_pairs = 2 * max(plan.streams)
+        max_pairs = 2 * max(*plan.streams, plan.cadence_streams)
         relay = Relay("127.0.0.1:0", upstream, max_pairs=max_pairs,
                       max_backlog=2 * plan.flood_frames * FRAME_LEN)
         unframed_path = RelayDataPath(max_socks=2 * max_pairs, framing=False)
@@ -244,6 +265,13 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
                                            workers, pids.get(engine))
                                 runs.append({"round": r, "streams": streams, "phase": phase,
                                              "way": engine, **res})
+                    for engine in (e for e in CADENCE_ENGINES if e in engines):
+                        progress(f"round {r + 1}/{plan.rounds}: {plan.cadence_streams} streams "
+                                 f"at {plan.cadence_rate} frames/s each, {engine}")
+                        res = _one(engine, plan.cadence_streams, "cadence", plan,
+                                   addresses[engine], workers, pids.get(engine))
+                        runs.append({"round": r, "streams": plan.cadence_streams,
+                                     "phase": "cadence", "way": engine, **res})
                     for batch in plan.write_sizes:
                         for engine in (e for e in engines if e in SWEEP_ENGINES):
                             progress(f"round {r + 1}/{plan.rounds}: 1 stream, {batch} frames "
@@ -279,8 +307,11 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
         "load": {"frame_bytes": FRAME_LEN, "payload_bytes": 8, "streams": list(plan.streams),
                  "flood_batch": plan.flood_batch, "write_sizes": list(plan.write_sizes),
                  "flood_frames": plan.flood_frames,
-                 "paced_rate": plan.paced_rate, "paced_s": plan.paced_s, "rounds": plan.rounds},
+                 "paced_rate": plan.paced_rate, "paced_s": plan.paced_s, "rounds": plan.rounds,
+                 "cadence_streams": plan.cadence_streams, "cadence_rate": plan.cadence_rate,
+                 "cadence_s": plan.cadence_s},
         "results": results,
+        "cadence": _summarize_cadence(runs),
         "sockmap_relay": {"pairs": relay_stats["pairs"], "closed": relay_stats["closed"],
                           "malformed": relay_stats["counters"]["malformed"]},
         "errors": sorted({e for run_ in (*runs, *profile.values()) for e in run_["errors"]}),
@@ -360,6 +391,34 @@ def _summarize(runs: list[dict], plan: Plan, engines: list[str]) -> dict:
         out[str(streams)] = {"ways": by, "sockmap_ratio": ratios, "unframed_ratio": ceiling,
                              "best_peer": best}
     return out
+
+
+def _summarize_cadence(runs: list[dict]) -> dict:
+    """The cadence runs: each engine's latency and CPU a frame, and
+    sockmap's within-round ratios to haproxy."""
+    sel = [r for r in runs if r["phase"] == "cadence" and r["latency_us"]]
+    ways = {}
+    for engine in CADENCE_ENGINES:
+        mine = [r for r in sel if r["way"] == engine]
+        if mine:
+            ways[engine] = {"p50_us": figure(r["latency_us"]["p50"] for r in mine),
+                            "p99_us": figure(r["latency_us"]["p99"] for r in mine),
+                            "host_cpu_per_frame_us": figure(r["host_cpu_per_frame_us"]
+                                                            for r in mine),
+                            "frames": mine[-1]["frames"]}
+    ratios = {}
+    if {"sockmap", "haproxy"} <= ways.keys():
+        by_round: dict[int, dict] = {}
+        for r in sel:
+            by_round.setdefault(r["round"], {})[r["way"]] = r
+        pairs = [(rnd["sockmap"], rnd["haproxy"]) for rnd in by_round.values()
+                 if {"sockmap", "haproxy"} <= rnd.keys()]
+        for name, value in (("p99_vs_haproxy", lambda r: r["latency_us"]["p99"]),
+                            ("cpu_per_frame_vs_haproxy", lambda r: r["host_cpu_per_frame_us"])):
+            per_round = [value(s) / value(h) for s, h in pairs if value(h)]
+            if per_round:
+                ratios[name] = figure(per_round)
+    return {"ways": ways, "sockmap_ratio": ratios}
 
 
 def _summarize_sweep(runs: list[dict], plan: Plan, engines: list[str]) -> dict:
@@ -446,6 +505,16 @@ def targets(section: dict, prefix: str = "") -> list[dict]:
             out.append({"what": f"p99 frame latency (paced load) against haproxy, {n}",
                         "kind": "target", "key": key + "paced_p99_vs_haproxy",
                         "bound": "<= 1.0", "measured": round(p99, 3), "met": 0 < p99 <= 1.0})
+    ratios = section.get("cadence", {}).get("sockmap_ratio", {})  # none: no haproxy
+    for name, what in (("p99_vs_haproxy", "p99 frame latency"),
+                       ("cpu_per_frame_vs_haproxy", "the machine's CPU a frame")):
+        if name in ratios:
+            ratio, load = ratios[name], section["load"]
+            cadence = f"{load['cadence_streams']:,} streams at {load['cadence_rate']} frames/s each"
+            out.append({"what": f"{what} through the sockmap relay against haproxy, {cadence}",
+                        "kind": "target", "key": f"{prefix}cadence.sockmap_ratio.{name}",
+                        "bound": "<= 1.0", "measured": round(ratio["median"], 3),
+                        "met": 0 < ratio["median"] <= 1.0})
     return out
 
 
@@ -489,6 +558,22 @@ def _render(r: dict) -> str:
         out += [f"{streams} stream{'s' if streams != '1' else ''}:",
                 table(["ENGINE", "FRAMES/S", "MIN", "MAX", "FLOOD P99", "PACED P50",
                        "PACED P99"], rows)]
+    cadence = relay["cadence"]
+    if cadence["ways"]:
+        rows = [[way, f"{f['p50_us']['median']:,.0f}", f"{f['p99_us']['median']:,.0f}",
+                 f"{f['host_cpu_per_frame_us']['median']:,.1f}", number(f["frames"])]
+                for way, f in cadence["ways"].items()]
+        ratio = cadence["sockmap_ratio"]
+        if ratio:
+            rows.append(["sockmap/haproxy", "",
+                         f"{ratio['p99_vs_haproxy']['median']:.2f}x"
+                         if "p99_vs_haproxy" in ratio else "",
+                         f"{ratio['cpu_per_frame_vs_haproxy']['median']:.2f}x"
+                         if "cpu_per_frame_vs_haproxy" in ratio else "", ""])
+        out += [f"the gateway's cadence: {load['cadence_streams']:,} streams at "
+                f"{load['cadence_rate']} frames/s each for {load['cadence_s']:g} s, phases "
+                "spread (medians; CPU: the whole machine's busy time a frame)",
+                table(["ENGINE", "P50 US", "P99 US", "CPU US/FRAME", "FRAMES"], rows)]
     sweep = relay.get("write_sizes", {})
     if sweep:
         ways = list(dict.fromkeys(w for res in sweep.values() for w in res["ways"]))
