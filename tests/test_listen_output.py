@@ -83,7 +83,7 @@ def test_the_report_adds_queues_up_and_says_why():
     ])
     out = report.to_json()
     assert list(out) == ["interface", "netns", "mode", "frames", "datagrams", "lost", "broken",
-                         "unread", "sizing", "queues"]
+                         "unread", "sizing", "busy_poll", "queues"]
     assert (out["frames"], out["datagrams"], out["lost"], out["unread"]) == (26, 15, 4, 2)
     assert out["queues"][1]["lost_by_reason"] == {"rx_ring_full": 1, "no_free_chunk": 3,
                                                   "too_long": 0}

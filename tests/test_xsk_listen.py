@@ -22,52 +22,11 @@ from pyxdp.proto import counters, datagram, frames, judge
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader
 from support.cli_runner import ZEROLAYER
+from support.listen_runner import Listening, summary_of
 from support.xdp_helpers import live_generator, one_line_error
 from support.xsk_helpers import ZEROCOPY_REFUSED, send_on_queue, token_packet, xdp_counters
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture(autouse=True)
-def no_stray_listeners():
-    """A failed test must not leave its listener running."""
-    yield
-    while Listening.running:
-        Listening.running.pop().kill()
-
-
-class Listening:
-    """A `zerolayer listen` process, started and waited for until its
-    sockets are registered (it says "listening on" once they are)."""
-
-    running: list["Listening"] = []
-
-    def __init__(self, lab, *args, as_json=True):
-        Listening.running.append(self)
-        argv = [ZEROLAYER, "listen", lab.dut.ifname, "--netns", lab.dut.netns, *map(str, args)]
-        if as_json:
-            argv.append("--json")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
-        status = self.proc.stderr if as_json else self.proc.stdout
-        self.header = []
-        while True:
-            line = status.readline()
-            if not line:
-                out, err = self.proc.communicate(timeout=30)
-                raise AssertionError(f"listen ended before listening: {self.header} {out} {err}")
-            self.header.append(line)
-            if line.startswith("listening on"):
-                return
-
-    def finish(self, timeout=30):
-        out, err = self.proc.communicate(timeout=timeout)
-        return self.proc.returncode, out, err
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.communicate(timeout=30)
 
 
 def expected_records(packets, queue=0) -> list[dict]:
@@ -365,11 +324,6 @@ def stopped(proc) -> None:
     while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
         assert time.monotonic() < deadline, "the listener did not stop"
         time.sleep(0.001)
-
-
-def summary_of(err: str) -> dict:
-    """listen --json's summary: the last line on stderr."""
-    return json.loads(err.strip().splitlines()[-1])["summary"]
 
 
 @pytest.mark.kernel

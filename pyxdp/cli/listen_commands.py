@@ -9,6 +9,7 @@ import click
 
 from pyxdp.cli.options import json_option, netns_option, xsk_mode_options
 from pyxdp.cli.render import write_lines
+from pyxdp.xsk import busy_poll as busy_poll_mod
 from pyxdp.xsk import sizing
 
 # Plain numbers: --help needs no socket code (numpy, bcc) loaded.
@@ -54,17 +55,27 @@ line saying why, and exit 1."""
 @click.option("--ring-size", type=int, default=sizing.DEFAULT_RING_SIZE, show_default=True,
               metavar="N", callback=_size,
               help="RX ring entries per queue, a power of two, 16 bytes each.")
+@click.option("--busy-poll", "busy_poll_usec", type=click.IntRange(1, 2**31 - 1), is_flag=False,
+              flag_value=busy_poll_mod.DEFAULT_USEC, default=None, metavar="[USEC]",
+              help="Busy-poll each queue's NAPI context for up to USEC microseconds "
+                   f"(default {busy_poll_mod.DEFAULT_USEC}) before sleeping, preferred over "
+                   "interrupts (SO_BUSY_POLL, SO_PREFER_BUSY_POLL and a budget of "
+                   f"{busy_poll_mod.BusyPoll().budget} frames; Linux 5.11). What holds is "
+                   "said; a driver that gives the socket no NAPI context (veth) is named.")
 @xsk_mode_options
 @netns_option()
 @json_option()
-def listen(iface, queues, count, timeout, umem_frames, ring_size, bind, netns, as_json):
+def listen(iface, queues, count, timeout, umem_frames, ring_size, busy_poll_usec, bind, netns,
+           as_json):
     from pyxdp.errors import ZerolayerError
     from pyxdp.kernel.privileges import preflight
     from pyxdp.xsk import listen as listen_mod
 
     preflight("zerolayer listen")
+    busy = None if busy_poll_usec is None else busy_poll_mod.BusyPoll(usec=busy_poll_usec)
     with listen_mod.Listener(iface, queues or None, netns=netns, frames=umem_frames,
-                             rx_size=ring_size, bind=bind or "auto") as listener:
+                             rx_size=ring_size, bind=bind or "auto",
+                             busy_poll=busy) as listener:
         where = f"{iface} queue{'s' if len(listener.queues) > 1 else ''} " \
                 f"{listen_mod.queue_list(listener.queues)}"
         size = listener.sizing()
@@ -75,7 +86,9 @@ def listen(iface, queues, count, timeout, umem_frames, ring_size, bind, netns, a
         tty = sys.stdout.isatty()
         stopped = None
         try:  # from the moment it says it listens, a signal is a normal end
-            click.echo(f"listening on {where} ({listener.mode} mode; per queue "
+            polling = listener.sockets[0].busy_poll
+            busy_text = "" if polling is None else f"{polling.text()}; "
+            click.echo(f"listening on {where} ({listener.mode} mode; {busy_text}per queue "
                        f"{sizing.mib(size['bytes_per_queue'])}: {size['frames']} chunks of "
                        f"{size['chunk_size']} bytes, an RX ring of {size['ring_size']}); "
                        "Ctrl-C to stop", err=as_json)

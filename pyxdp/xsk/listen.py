@@ -24,6 +24,7 @@ from pyxdp.kernel.signals import ClosedOnExit
 from pyxdp.proto.frames import Frame, FrameType
 from pyxdp.proto.streams import Stream
 from pyxdp.xdp import ownership
+from pyxdp.xsk import busy_poll as busy_poll_mod
 from pyxdp.xsk import published as xsk_published
 from pyxdp.xsk import records
 from pyxdp.xsk.frame_arrays import FrameArrays
@@ -109,6 +110,16 @@ class Listener(ClosedOnExit):
         for every queue)."""
         return self.sockets[0].notes()
 
+    def busy_poll(self) -> dict | None:
+        """What busy polling holds (every queue's socket asked alike) and
+        the queues the kernel busy-polls (their socket has a NAPI id);
+        None when not asked for."""
+        state = self.sockets[0].busy_poll
+        if state is None:
+            return None
+        return {**state.to_json(),
+                "polled_queues": [xsk.queue for xsk in self.sockets if xsk.busy_polling]}
+
     def sizing(self) -> dict:
         """The memory each queue's socket holds (every queue's is alike)."""
         xsk = self.sockets[0]
@@ -170,7 +181,19 @@ class Listener(ClosedOnExit):
                 wait = ATTACHMENT_CHECK_S
                 if deadline is not None:
                     wait = min(deadline - now, wait)
-                self._poll.poll(max(0, int(wait * 1000)))
+                if not self._busy_wait(wait):
+                    self._poll.poll(max(0, int(wait * 1000)))
+
+    def _busy_wait(self, wait: float) -> bool:
+        """With busy polling, kick the sockets the kernel busy-polls and look
+        again, for up to their busy-poll time, before sleeping in poll():
+        poll() itself does not busy-poll (pyxdp/xsk/busy_poll.py)."""
+        polled = [xsk for xsk in self.sockets if xsk.busy_polling]
+        if not polled:
+            return False
+        spin = min(wait, max(xsk.busy_poll_s for xsk in polled))
+        return busy_poll_mod.spin([xsk.kick for xsk in polled],
+                                  lambda: bool(self._poll.poll(0)), spin)
 
     def _check_attached(self) -> None:
         # Ours is not enough: after a detach and a fresh attach, the new
@@ -199,6 +222,7 @@ class Listener(ClosedOnExit):
                     self.tallies[xsk.queue].unread += len(batch)
         return ListenReport(
             interface=self.ifname, netns=self.netns, mode=self.mode, sizing=self.sizing(),
+            busy_poll=self.busy_poll(),
             queues=[QueueReport(xsk.queue, xsk.mode, self.tallies[xsk.queue], xsk.statistics())
                     for xsk in self.sockets],
         )

@@ -56,6 +56,7 @@ class ListenReport:
     mode: str | None
     sizing: dict  # Listener.sizing()
     queues: list[QueueReport]
+    busy_poll: dict | None = None  # Listener.busy_poll()
 
     def total(self, key: str) -> int:
         return sum(q.to_json()[key] for q in self.queues)
@@ -65,7 +66,7 @@ class ListenReport:
                 "frames": self.total("frames"), "datagrams": self.total("datagrams"),
                 "lost": self.total("lost"), "broken": self.total("broken"),
                 "unread": self.total("unread"), "sizing": self.sizing,
-                "queues": [q.to_json() for q in self.queues]}
+                "busy_poll": self.busy_poll, "queues": [q.to_json() for q in self.queues]}
 
     def text(self, where: str) -> str:
         """One line for people; WHERE names the interface and queues."""

@@ -50,23 +50,35 @@ producer, after those writes and after the caller's reads of the chunks).
 x86-64 needs only that the compiler keep the order, which a call into a
 shared library guarantees; arm64 gets LDAR/STLR from libxdp's __atomic
 builtins. Measured by pyxdp.bench.delivery.xsk_vs_udp.
+
+Busy polling (busy_poll=BusyPoll(...), pyxdp/xsk/busy_poll.py): the kernel
+busy-polls an AF_XDP socket's NAPI context only from the socket's own
+non-blocking recvmsg/sendmsg, never from poll() unless the host-wide
+net.core.busy_poll is set. So with busy polling in effect, recv() kicks
+(a non-blocking recvfrom, one NAPI pass) when the RX ring is empty, and a
+wait kicks and looks again for up to the socket's busy-poll time before it
+sleeps in poll(), as the kernel's own busy loop does for ordinary sockets.
 """
 
 import os
 import select
+import socket
 import struct
 from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import bpfsys
+from pyxdp.kernel import bpfsys, ethtool, release
+from pyxdp.kernel import netns as netns_mod
 from pyxdp.proto.ethernet import PARSED_L2_OVERHEAD
 from pyxdp.xdp import ownership
 from pyxdp.xdp.maps import SPECS, BpfMap
 from pyxdp.xsk import aio, sizing
+from pyxdp.xsk import busy_poll as busy_poll_mod
 from pyxdp.xsk.afxdp import BIND_MODES, CHUNK_SIZES, AfXdpSocket, check_size
 from pyxdp.xsk.batch import Batch
+from pyxdp.xsk.busy_poll import BusyPoll, BusyPollState
 
 XDP_PACKET_HEADROOM = 256  # the kernel keeps this much of each chunk in front
 
@@ -87,11 +99,16 @@ class XskSocket(AfXdpSocket):
     else copy), "zerocopy" (or fail) or "copy"; completion_size: 1 unless a
     transmit socket will share this UMEM (pyxdp.xsk.tx.XskTxSocket),
     whose sent chunks come back here (a power of two, at least its TX ring).
+    busy_poll: preferred busy polling to ask for (None: none); what holds
+    is self.busy_poll, describe() and notes() say it.
     """
+
+    busy_poll: BusyPollState | None = None
 
     def __init__(self, ifname: str, queue: int = 0, *, netns: str | None = None,
                  frames: int = 4096, chunk_size: int | None = None, rx_size: int = 2048,
-                 bind: str = "auto", completion_size: int = 1):
+                 bind: str = "auto", completion_size: int = 1,
+                 busy_poll: BusyPoll | None = None):
         if bind not in BIND_MODES:
             raise ZerolayerError(f"unknown bind mode {bind!r}: use one of {', '.join(BIND_MODES)}")
         check_size("frames", frames)
@@ -104,6 +121,8 @@ class XskSocket(AfXdpSocket):
         self._xsks: BpfMap | None = None
         self._registered = False
         self._close_hooks: list[Callable[[], None]] = []
+        self._napi_id = 0
+        self._napi_unknown = False  # look again for a NAPI id after the first frame
         try:
             ins = self._check_attached(ifname, netns, queue)
             self.mtu = ins.state.mtu
@@ -124,6 +143,9 @@ class XskSocket(AfXdpSocket):
                            self._chunk_mask)
             self._poll = select.poll()
             self._poll.register(self.fileno(), select.POLLIN)
+            self._kick_buffer = bytearray(1)
+            if busy_poll is not None:
+                self._start_busy_polling(busy_poll)
             # A zero-copy driver fills its RX queue from the fill ring only
             # when kicked: virtio_net found it empty at bind, and until this
             # poll() it would take no frame, holding back the sender.
@@ -163,6 +185,32 @@ class XskSocket(AfXdpSocket):
         self._xsks.update(self.queue, struct.pack("=I", self._socket.fileno()))
         self._registered = True
 
+    def _start_busy_polling(self, wanted: BusyPoll) -> None:
+        """After bind: from 6.13 that is when the kernel ties the socket to
+        its queue's NAPI context, if the driver links one."""
+        self.busy_poll = busy_poll_mod.apply(self._socket, wanted)
+        self._napi_id = busy_poll_mod.napi_id(self._socket)
+        # Before 6.13 the kernel takes the NAPI id from the first frame received.
+        self._napi_unknown = bool(self.busy_poll.usec) and not self._napi_id
+
+    @property
+    def busy_polling(self) -> bool:
+        """Whether the kernel busy-polls this socket: busy polling is set
+        and the socket is tied to a NAPI context."""
+        return self.busy_poll is not None and self.busy_poll.usec > 0 and self._napi_id != 0
+
+    def kick(self) -> None:
+        """A non-blocking recvfrom: with busy polling, one pass of the
+        socket's NAPI context (and, in zero-copy mode without it, the
+        driver's wakeup). What it brought is in the RX ring."""
+        try:
+            self._socket.recv_into(self._kick_buffer, 1, socket.MSG_DONTWAIT)
+        except OSError:
+            # An interface down or gone, or a wakeup the driver refused: the
+            # RX ring says what arrived, and the listener notices a lost
+            # interface; the kick has nothing to add.
+            pass
+
     @property
     def xsks_map_id(self) -> int | None:
         """The id of the program's socket map this socket is registered in."""
@@ -174,10 +222,16 @@ class XskSocket(AfXdpSocket):
         """Up to MAX_FRAMES received frames, waiting up to TIMEOUT seconds
         (None: forever) when there are none. The batch may be empty."""
         addr, length = self._rx.take(max_frames)
+        if not len(addr) and self.busy_polling:
+            self.kick()  # one NAPI pass, as a non-blocking read of any socket makes
+            addr, length = self._rx.take(max_frames)
         # poll() is also the kick a zero-copy driver may wait for (need_wakeup).
         if not len(addr) and (timeout != 0 or self._fill.needs_wakeup):
             if self.wait(timeout):
                 addr, length = self._rx.take(max_frames)
+        if self._napi_unknown and len(addr):
+            self._napi_unknown = False
+            self._napi_id = busy_poll_mod.napi_id(self._socket)
         return Batch(self, addr, length)
 
     def batches(self, max_frames: int = 256) -> AsyncIterator[Batch]:
@@ -187,9 +241,26 @@ class XskSocket(AfXdpSocket):
         return aio.batches(self, max_frames)
 
     def wait(self, timeout: float | None) -> bool:
-        """Block until frames are ready (True) or TIMEOUT seconds pass."""
+        """Block until frames are ready (True) or TIMEOUT seconds pass.
+        Busy polling: kick and look for up to its time first, then sleep."""
+        if timeout != 0 and self.busy_polling:
+            spun = self.busy_poll_s if timeout is None else min(self.busy_poll_s, timeout)
+            if busy_poll_mod.spin([self.kick], self.ready, spun):
+                return True
+            timeout = None if timeout is None else timeout - spun
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
         return bool(self._poll.poll(ms))
+
+    def ready(self) -> bool:
+        """Whether the RX ring holds frames now (poll() without waiting)."""
+        return bool(self._poll.poll(0))
+
+    @property
+    def busy_poll_s(self) -> float:
+        """How long a wait busy-polls before it sleeps: 0 without busy polling."""
+        if self.busy_poll is None or not self.busy_polling:
+            return 0.0
+        return self.busy_poll.usec / 1e6
 
     def recycle(self, addr: np.ndarray) -> None:
         """Give the chunks at ADDR (descriptor addresses) back to the kernel.
@@ -206,7 +277,24 @@ class XskSocket(AfXdpSocket):
                 f"{self.max_frame_len} bytes an AF_XDP chunk holds: the kernel drops those "
                 "(counted as rx_dropped)"
             )
+        if self.busy_poll is not None:
+            refusal = self.busy_poll.refusal()
+            if refusal:
+                out.append(refusal)
+            if self.busy_poll.usec and not self._napi_id:
+                out.append(self._no_napi_note())
         return out
+
+    def _no_napi_note(self) -> str:
+        with netns_mod.entered(self.netns):
+            driver = ethtool.driver_name(self.ifname) or "its driver"
+        where = f"{self.ifname} ({driver}) queue {self.queue}"
+        if release.at_least(6, 13):
+            never = " (veth never does)" if driver == "veth" else ""
+            return (f"busy polling cannot happen on {where}: the socket has no NAPI id, the "
+                    f"driver links no NAPI context to the queue{never}")
+        return (f"busy polling does not happen on {where} until the socket has a NAPI id, "
+                "from the first frame the driver delivers with one")
 
     @property
     def memory_bytes(self) -> int:
@@ -216,7 +304,9 @@ class XskSocket(AfXdpSocket):
     def describe(self) -> dict:
         return {"interface": self.ifname, "netns": self.netns, "queue": self.queue,
                 "mode": self.mode, "note": self.mode_note, "chunk_size": self.chunk_size,
-                "max_frame_len": self.max_frame_len}
+                "max_frame_len": self.max_frame_len,
+                "busy_poll": None if self.busy_poll is None else
+                {**self.busy_poll.to_json(), "napi_id": self._napi_id or None}}
 
     # --- lifetime -------------------------------------------------------------------
 
