@@ -558,8 +558,8 @@ def _render(r: dict) -> str:
         out += [f"{streams} stream{'s' if streams != '1' else ''}:",
                 table(["ENGINE", "FRAMES/S", "MIN", "MAX", "FLOOD P99", "PACED P50",
                        "PACED P99"], rows)]
-    cadence = relay["cadence"]
-    if cadence["ways"]:
+    cadence = relay.get("cadence", {})  # a report recorded before it had one
+    if cadence.get("ways"):
         rows = [[way, f"{f['p50_us']['median']:,.0f}", f"{f['p99_us']['median']:,.0f}",
                  f"{f['host_cpu_per_frame_us']['median']:,.1f}", number(f["frames"])]
                 for way, f in cadence["ways"].items()]

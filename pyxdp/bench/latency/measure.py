@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The latency section's runs, on the bench's veth lab with zerolayer
+attached to dut0: per round, per load, each path in turn (in the opposite
+order on odd rounds), the paced sender (pyxdp/bench/latency/sender.py) in
+the peer namespace on one CPU and the consumer process
+(pyxdp/bench/latency/consumer.py) on the other.
+
+A run: the consumer opens its socket and says it is ready; the sender
+sends the load and exits; the consumer, told so, stops once it has every
+frame or its socket has been idle for its IDLE_S; its latencies become the
+run's percentiles (pyxdp/bench/latency/stats.py). Two counters of the dut
+namespace are read around each run: BusyPollRxPackets (frames the kernel
+received by busy polling, any socket) says whether busy polling happened
+at all, and Udp RcvbufErrors what a UDP consumer lost to its full buffer.
+"""
+
+import multiprocessing
+from collections.abc import Callable
+
+import numpy as np
+
+from pyxdp.bench.delivery.xsk_vs_udp import cpu_pair
+from pyxdp.bench.latency import consumer, sender
+from pyxdp.bench.latency.stats import percentiles
+from pyxdp.errors import ZerolayerError
+
+READY_TIMEOUT_S = 60.0  # the consumer process imports numpy and pyxdp first
+RESULT_TIMEOUT_S = 30.0  # after the sender is done
+
+
+class _Worker:
+    """The consumer process (consumer.worker_main), pinned to CPU."""
+
+    def __init__(self, cpu: int | None):
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process holding bcc
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=consumer.worker_main, args=(child, cpu), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def answer(self, path: str, timeout: float) -> dict:
+        if not self.conn.poll(timeout):
+            raise ZerolayerError(f"the {path} consumer did not answer in {timeout:.0f} s")
+        got = self.conn.recv()
+        if "error" in got:
+            raise ZerolayerError(f"the {path} consumer failed: {got['error']}")
+        return got
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+            self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5)
+        self.conn.close()
+
+
+def _mib(lab) -> dict[str, int]:
+    """The dut namespace's BusyPollRxPackets (/proc/net/netstat, TcpExt) and
+    Udp RcvbufErrors (/proc/net/snmp): frames the kernel received by busy
+    polling, and datagrams a full UDP socket buffer dropped."""
+    out = {}
+    with lab.in_dut():
+        for ours, name, prefix, key in (
+                ("busy_poll_rx_packets", "netstat", "TcpExt:", "BusyPollRxPackets"),
+                ("udp_rcvbuf_errors", "snmp", "Udp:", "RcvbufErrors")):
+            with open(f"/proc/thread-self/net/{name}") as f:
+                rows = [line.split() for line in f if line.startswith(prefix)]
+            out[ours] = int(dict(zip(rows[0][1:], rows[1][1:])).get(key, 0))
+    return out
+
+
+def _one(worker: _Worker, binary: str, lab, path: str, load, cpus) -> dict:
+    worker.conn.send({"path": path, "netns": lab.dut.netns, "ifname": lab.dut.ifname,
+                      "address": lab.dut.ipv4, "expected": load.frames})
+    worker.answer(path, READY_TIMEOUT_S)
+    before = _mib(lab)
+    try:
+        sent = sender.send(binary, lab, streams=load.streams, rate=load.rate,
+                           seconds=load.seconds, cpu=cpus[0] if cpus else None)
+    finally:
+        worker.conn.send("done")
+    got = worker.answer(path, load.seconds + RESULT_TIMEOUT_S)
+    latency = np.frombuffer(got.pop("latency_ns"), np.int64)
+    if len(latency) and int(latency.min()) < 0:
+        raise ZerolayerError(f"the {path} consumer got a frame stamped after it read it: "
+                             "the sender and the consumer do not share CLOCK_MONOTONIC")
+    sent_frames = sent.pop("sent")
+    return {"sent": sent_frames, "received": got["received"],
+            "lost": sent_frames - got["received"], **percentiles(latency),
+            "cpu_per_frame_us": got["cpu_per_frame_us"],
+            **{key: n - before[key] for key, n in _mib(lab).items()},
+            "sender": sent,
+            "consumer": {"reads": got["reads"], "cpu_s": got["cpu_s"], "socket": got["socket"]}}
+
+
+def measure(lab, plan, progress: Callable[[str], None]) -> dict:
+    """Every run of PLAN (pyxdp.bench.latency.section.Plan) on LAB: the
+    runs, in order, and what they ran on."""
+    cpus = cpu_pair()
+    runs = []
+    worker = _Worker(cpus[1] if cpus else None)
+    try:
+        with sender.built() as (binary, compiler):
+            for r in range(plan.rounds):
+                for load in plan.loads:
+                    paths = consumer.PATHS if r % 2 == 0 else consumer.PATHS[::-1]
+                    for path in paths:
+                        progress(f"round {r + 1}/{plan.rounds}: {load.name} "
+                                 f"({load.streams:,} stream{'s' if load.streams > 1 else ''} "
+                                 f"x {load.rate} frames/s, {load.seconds:g} s), {path}")
+                        runs.append({"round": r, "load": load.name, "path": path,
+                                     **_one(worker, binary, lab, path, load, cpus)})
+    finally:
+        worker.stop()
+    return {"runs": runs, "compiler": compiler,
+            "cpus": {"sender": cpus[0], "consumer": cpus[1]} if cpus else None}
