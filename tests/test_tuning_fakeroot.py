@@ -94,6 +94,30 @@ def test_each_shipped_profile_reverts_to_identical_files(root):
     assert tree(root) == before
 
 
+def test_scopes_apply_only_the_knobs_of_those_scopes(root):
+    # What `zerolayer bench --section tune` does: a namespace's own knobs, and
+    # the host-wide ones only when asked, each pass reverted as one.
+    before = tree(root)
+    busy_read = read(root, "proc/sys/net/core/busy_read")
+    own = engine.apply(profile.load("latency"), root=root, scopes={"netns"})
+    rows = by_knob(own)
+    assert rows["net.ipv4.tcp_fastopen"].status in ("applied", "unchanged")
+    assert read(root, "proc/sys/net/ipv4/tcp_fastopen") == "3"
+    for knob in ("net.core.busy_read", "cpufreq scaling_governor", "kernel.numa_balancing"):
+        assert rows[knob].status == "skipped", knob
+        assert rows[knob].reason == "global knob: left out, only netns knobs were asked for"
+    assert read(root, "proc/sys/net/core/busy_read") == busy_read
+    assert rows["process binding (numactl)"].status == "skipped"  # a note stays a note
+
+    host = by_knob(engine.apply(profile.load("latency"), root=root, scopes={"global"}))
+    assert host["net.core.busy_read"].status in ("applied", "unchanged")
+    assert read(root, "proc/sys/net/core/busy_read") == "50"
+    assert host["net.ipv4.tcp_autocorking"].reason == (
+        "netns knob: left out, only global knobs were asked for")
+    engine.revert(root=root)
+    assert tree(root) == before
+
+
 def test_dry_run_writes_no_file(root):
     before = tree(root)
     report = engine.apply(profile.load("inf2"), root=root, interfaces=[FAKE_NIC],

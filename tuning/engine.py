@@ -5,6 +5,8 @@
   target, record the original in the state file, write, and read back.
 - apply with a bound (tuning.bound): a value already past the profile's is
   kept, field by field, and only what moved is recorded as written.
+- apply with scopes: only the knobs of those scopes; the others are skipped
+  and say so (the bench's tune section keeps host-wide knobs out this way).
 - revert: the recorded knobs in reverse order; only a knob that still holds
   what zerolayer wrote is restored, others are reported as drifted. With
   dry_run it plans the same and changes nothing.
@@ -14,7 +16,7 @@
 import contextlib
 import errno
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
@@ -88,7 +90,8 @@ def _with_note(why: str, knob: Knob) -> str:
 
 def apply(profile: Profile, *, netns: str | None = None, interfaces: Sequence[str] = (),
           dry_run: bool = False, strict: bool = False, root: str | None = None,
-          state_dir: str | None = None) -> Report:
+          state_dir: str | None = None, scopes: Collection[str] | None = None) -> Report:
+    """Apply PROFILE; with SCOPES (of "global", "netns"), only knobs of those scopes."""
     if netns is not None or (root is None and not dry_run):
         _require_root("tune")
     with _tuning(netns, root, state_dir) as (host, facts, store):
@@ -99,7 +102,7 @@ def apply(profile: Profile, *, netns: str | None = None, interfaces: Sequence[st
         # (and does not create the state directory).
         with contextlib.nullcontext() if dry_run else store.locked():
             state = None if dry_run else _state_for_apply(store, profile, report)
-            run = _Apply(host, store, state)
+            run = _Apply(host, store, state, scopes)
             for line in plan(profile, host, facts, interfaces):
                 row, missing = run.one(line)
                 report.rows.append(row)
@@ -140,10 +143,12 @@ def _state_for_apply(store: Store, profile: Profile, report: Report) -> dict:
 class _Apply:
     """Applies plan lines one by one; without a STATE to record in, it only plans."""
 
-    def __init__(self, host: Host, store: Store, state: dict | None):
+    def __init__(self, host: Host, store: Store, state: dict | None,
+                 scopes: Collection[str] | None = None):
         self.host = host
         self.store = store
         self.state = state
+        self.scopes = scopes
 
     def one(self, line: Line) -> tuple[Row, bool]:
         """The row for LINE, and whether it was skipped for something missing."""
@@ -159,6 +164,9 @@ class _Apply:
             row.status, row.reason, row.after = status, reason, after
             return row, missing
 
+        if self.scopes is not None and knob.scope not in self.scopes:
+            return done("skipped", f"{knob.scope} knob: left out, only "
+                        f"{' and '.join(sorted(self.scopes)) or 'no'} knobs were asked for")
         if self.host.netns is not None and knob.scope == "global":
             return done("skipped", "global knob: with --netns only the namespace's "
                         "own knobs change, this one would change the whole host")

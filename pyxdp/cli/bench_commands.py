@@ -58,12 +58,16 @@ def _check_writable(path: str) -> None:
               help="relay: frames of a flood, all streams together (default "
                    f"{RELAY.full.flood_frames:,}; {RELAY.quick.flood_frames:,} "
                    "with --quick).")
+@click.option("--tune-host-wide", is_flag=True,
+              help="tune: also apply the profiles' host-wide knobs (host-wide sysctls, CPU "
+                   "governor and idle states, IRQ affinity), on the host, for each arm, "
+                   "reverted after it (default: left alone and listed as not applied).")
 @click.option("--pair", metavar="DUT,PEER", default=None, callback=_pair,
               help="Run the lab's sections (" + ", ".join(ON_LAB) + ") on these two "
                    "interfaces, which reach each other (two NICs on one wire), moved into the "
                    "lab's namespaces while it runs, in place of a veth pair.")
 def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, tx_datagrams,
-          relay_streams, relay_frames, pair):
+          relay_streams, relay_frames, tune_host_wide, pair):
     """Measure zerolayer against its floors, side by side: on a veth lab it
     builds itself (sections parser, xdp, delivery, tx; or on --pair), on a
     routed lab of three namespaces (forward) and on loopback (relay)."""
@@ -72,7 +76,8 @@ def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, tx_datag
         raise click.UsageError(f"--pair goes with the lab's sections only ({', '.join(ON_LAB)}):"
                                " name them with --section")
     options = {"delivery_frames": delivery_frames, "tx_datagrams": tx_datagrams,
-               "relay_streams": relay_streams, "relay_frames": relay_frames}
+               "relay_streams": relay_streams, "relay_frames": relay_frames,
+               "tune_host_wide": tune_host_wide or None}  # a flag: None when not given
     for name, section in SECTIONS.items():
         for option in section.options:
             if options[option] not in (None, ()) and name not in sections:
@@ -117,7 +122,8 @@ def _render(r: dict, ran: list[Section]) -> str:
     for i, section in enumerate(ran, 1):
         out += ["", f"{i}. " + section.render(r)]
 
-    out += ["", "Targets"]
+    if r["targets"]:  # a section may set none (tune)
+        out += ["", "Targets"]
     for t in r["targets"]:
         verdict = "met" if t["met"] else "not reached" if t["kind"] == "goal" else "MISSED"
         unit = t.get("unit", "x")

@@ -14,8 +14,11 @@ received by busy polling, any socket) says whether busy polling happened
 at all, and Udp RcvbufErrors what a UDP consumer lost to its full buffer.
 """
 
+import contextlib
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -98,24 +101,41 @@ def _one(worker: _Worker, binary: str, lab, path: str, load, cpus) -> dict:
             "consumer": {"reads": got["reads"], "cpu_s": got["cpu_s"], "socket": got["socket"]}}
 
 
-def measure(lab, plan, progress: Callable[[str], None]) -> dict:
-    """Every run of PLAN (pyxdp.bench.latency.section.Plan) on LAB: the
-    runs, in order, and what they ran on."""
+@dataclass(frozen=True)
+class Session:
+    """What runs on a lab share: run(path, load) measures one run (as _one);
+    compiler and cpus say what they ran on (the tune section runs here too)."""
+
+    run: Callable[[str, Any], dict]
+    compiler: str
+    cpus: dict[str, int] | None
+
+
+@contextlib.contextmanager
+def session(lab) -> Iterator[Session]:
+    """The consumer process and the built sender, for runs on LAB; both go on exit."""
     cpus = cpu_pair()
-    runs = []
     worker = _Worker(cpus[1] if cpus else None)
     try:
         with sender.built() as (binary, compiler):
-            for r in range(plan.rounds):
-                for load in plan.loads:
-                    paths = consumer.PATHS if r % 2 == 0 else consumer.PATHS[::-1]
-                    for path in paths:
-                        progress(f"round {r + 1}/{plan.rounds}: {load.name} "
-                                 f"({load.streams:,} stream{'s' if load.streams > 1 else ''} "
-                                 f"x {load.rate} frames/s, {load.seconds:g} s), {path}")
-                        runs.append({"round": r, "load": load.name, "path": path,
-                                     **_one(worker, binary, lab, path, load, cpus)})
+            yield Session(lambda path, load: _one(worker, binary, lab, path, load, cpus),
+                          compiler, {"sender": cpus[0], "consumer": cpus[1]} if cpus else None)
     finally:
         worker.stop()
-    return {"runs": runs, "compiler": compiler,
-            "cpus": {"sender": cpus[0], "consumer": cpus[1]} if cpus else None}
+
+
+def measure(lab, plan, progress: Callable[[str], None]) -> dict:
+    """Every run of PLAN (pyxdp.bench.latency.section.Plan) on LAB: the
+    runs, in order, and what they ran on."""
+    runs = []
+    with session(lab) as runs_on:
+        for r in range(plan.rounds):
+            for load in plan.loads:
+                paths = consumer.PATHS if r % 2 == 0 else consumer.PATHS[::-1]
+                for path in paths:
+                    progress(f"round {r + 1}/{plan.rounds}: {load.name} "
+                             f"({load.streams:,} stream{'s' if load.streams > 1 else ''} "
+                             f"x {load.rate} frames/s, {load.seconds:g} s), {path}")
+                    runs.append({"round": r, "load": load.name, "path": path,
+                                 **runs_on.run(path, load)})
+    return {"runs": runs, "compiler": runs_on.compiler, "cpus": runs_on.cpus}
