@@ -11,6 +11,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from pyxdp.kernel import mib
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.lab.veth_lab import Lab
 from pyxdp.proto import datagram, judge
@@ -50,9 +51,7 @@ def udp_counters_in(netns: str, version: int) -> dict[str, int]:
     is what the kernel dropped for a wrong checksum."""
     with netns_mod.entered(netns):
         if version == 4:
-            with open("/proc/thread-self/net/snmp") as f:
-                rows = [line.split() for line in f if line.startswith("Udp:")]
-            return dict(zip(rows[0][1:], map(int, rows[1][1:])))
+            return mib.read("Udp")
         with open("/proc/thread-self/net/snmp6") as f:
             pairs = [line.split() for line in f if line.startswith("Udp6")]
         return {name.removeprefix("Udp6"): int(value) for name, value in pairs}

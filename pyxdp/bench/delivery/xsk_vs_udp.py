@@ -53,6 +53,7 @@ from pyxdp.bench.delivery.c_consumer import CConsumer
 from pyxdp.bench.delivery.tiers import TIERS
 from pyxdp.bench.load_thread import LoadThread
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import mib
 from pyxdp.lab import traffic
 from pyxdp.lab.generator import LiveGenerator, Mix
 from pyxdp.proto import counters
@@ -224,7 +225,7 @@ class _UdpConsumer:
         self.tally = tiers.Tally()
         with lab.in_dut():
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            self._snmp_before = _udp_mib()
+            self._snmp_before = mib.read("Udp")
         # The kernel doubles what is asked for.
         self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, BUFFER_BYTES // 2)
         self.sock.bind((lab.dut.ipv4, frames_mod.DEFAULT_PORT))
@@ -241,8 +242,8 @@ class _UdpConsumer:
 
     def losses(self, xdp: dict, count: int) -> dict:
         with self._lab.in_dut():
-            mib = _udp_mib()
-        delta = {k: mib[k] - self._snmp_before.get(k, 0) for k in mib}
+            udp = mib.read("Udp")
+        delta = {k: udp[k] - self._snmp_before.get(k, 0) for k in udp}
         return {
             "before_xdp": count - xdp["packets"],
             "socket_buffer_full": delta.get("RcvbufErrors", 0),
@@ -262,14 +263,6 @@ class _UdpConsumer:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def _udp_mib() -> dict[str, int]:
-    """The Udp: lines of /proc/net/snmp, as seen from this thread's netns."""
-    with open("/proc/thread-self/net/snmp") as f:
-        rows = [line.split() for line in f if line.startswith("Udp:")]
-    names, values = rows[0][1:], rows[1][1:]
-    return {n: int(v) for n, v in zip(names, values)}
 
 
 def _xsk_losses(st: XskStatistics, xdp: dict, count: int) -> dict:

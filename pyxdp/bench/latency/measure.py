@@ -26,6 +26,7 @@ from pyxdp.bench.delivery.xsk_vs_udp import cpu_pair
 from pyxdp.bench.latency import consumer, sender
 from pyxdp.bench.latency.stats import percentiles
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import mib
 
 READY_TIMEOUT_S = 60.0  # the consumer process imports numpy and pyxdp first
 RESULT_TIMEOUT_S = 30.0  # after the sender is done
@@ -66,15 +67,9 @@ def _mib(lab) -> dict[str, int]:
     """The dut namespace's BusyPollRxPackets (/proc/net/netstat, TcpExt) and
     Udp RcvbufErrors (/proc/net/snmp): frames the kernel received by busy
     polling, and datagrams a full UDP socket buffer dropped."""
-    out = {}
     with lab.in_dut():
-        for ours, name, prefix, key in (
-                ("busy_poll_rx_packets", "netstat", "TcpExt:", "BusyPollRxPackets"),
-                ("udp_rcvbuf_errors", "snmp", "Udp:", "RcvbufErrors")):
-            with open(f"/proc/thread-self/net/{name}") as f:
-                rows = [line.split() for line in f if line.startswith(prefix)]
-            out[ours] = int(dict(zip(rows[0][1:], rows[1][1:])).get(key, 0))
-    return out
+        return {"busy_poll_rx_packets": mib.read("TcpExt", "netstat").get("BusyPollRxPackets", 0),
+                "udp_rcvbuf_errors": mib.read("Udp").get("RcvbufErrors", 0)}
 
 
 def _one(worker: _Worker, binary: str, lab, path: str, load, cpus) -> dict:
