@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from pyxdp.kernel import link_stats
+from pyxdp.kernel import link_stats, mib
 from pyxdp.lab import traffic
 from pyxdp.proto import counters, datagram, frames
 from pyxdp.proto.frames import DEFAULT_PORT, Frame, FrameType
@@ -26,6 +26,7 @@ from pyxdp.xsk.sender import TokenSender
 from pyxdp.xsk.socket import XskSocket
 from support import nic_lab
 from support.cli_runner import ZEROLAYER
+from support.listen_runner import Listening, summary_of
 from support.tx_helpers import (
     UdpReceiver,
     echo_from_own_chunks,
@@ -266,6 +267,40 @@ def test_listen_zero_copy_says_so_and_delivers_every_frame_or_says_why_not(nic, 
     summary = json.loads(err.strip().splitlines()[-1])["summary"]
     assert summary["mode"] == "zerocopy", summary
     record_property("seen", "listen --zero-copy: zero-copy, every frame")
+
+
+def test_listen_busy_poll_on_virtio_net_says_what_really_happened(nic, record_property):
+    """`zerolayer listen --busy-poll`: every frame arrives; how many packets
+    busy polling took in is the kernel's own BusyPollRxPackets (a socket
+    with a NAPI id still gets packets by interrupt while its reader
+    sleeps), and where busy polling cannot happen a note says why."""
+    lab, _ = nic
+    sent = [bytes(traffic.udp_packet(lab, frames.encode(FrameType.TOKEN, f"bp{i}"), sport=46001))
+            for i in range(300)]
+    with lab.in_dut():
+        before = mib.read("TcpExt", "netstat").get("BusyPollRxPackets", 0)
+    listening = Listening(lab, "--busy-poll", 50, "--count", len(sent), "--timeout", 120)
+    try:
+        traffic.send(lab, sent)
+        code, out, err = listening.finish(timeout=150)
+    finally:
+        listening.kill()
+    with lab.in_dut():
+        polled_packets = mib.read("TcpExt", "netstat").get("BusyPollRxPackets", 0) - before
+    assert code == 0, err
+    assert sorted(json.loads(line)["payload"] for line in out.splitlines()) == \
+        sorted(f"bp{i}" for i in range(len(sent)))
+    polling = summary_of(err)["busy_poll"]
+    assert polling["usec"] == 50
+    assert polling["busy_polled_packets"] == polled_packets  # nothing else polls in the lab
+    if polling["polled_queues"]:
+        record_property("seen", f"queue 0 has a NAPI id; busy polling took in {polled_packets} "
+                                f"of {len(sent)} packets")
+    else:
+        notes = [line for line in listening.header if "busy polling" in line]
+        assert any("cannot happen" in n or "does not happen" in n or "refused" in n
+                   for n in notes), listening.header
+        record_property("seen", "not busy-polled, said why: " + notes[-1].strip())
 
 
 def test_top_says_which_af_xdp_mode_each_socket_is_in(nic, cli):

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import mib
+from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.signals import ClosedOnExit
 from pyxdp.proto.frames import Frame, FrameType
 from pyxdp.proto.streams import Stream
@@ -96,6 +98,7 @@ class Listener(ClosedOnExit):
                                 **socket_options)
                 self.sockets.append(xsk)
                 self._poll.register(xsk.fileno(), select.POLLIN)
+            self._busy_polled_before = self._busy_polled_packets()
             self._publish()
         except BaseException:
             self.close()
@@ -118,7 +121,16 @@ class Listener(ClosedOnExit):
         if state is None:
             return None
         return {**state.to_json(),
-                "polled_queues": [xsk.queue for xsk in self.sockets if xsk.busy_polling]}
+                "polled_queues": [xsk.queue for xsk in self.sockets if xsk.busy_polling],
+                "busy_polled_packets": self._busy_polled_packets() - self._busy_polled_before}
+
+    def _busy_polled_packets(self) -> int:
+        """The kernel's count of packets busy polling took in (TcpExt
+        BusyPollRxPackets) in the interface's namespace: a socket tied to a
+        NAPI context still gets every packet from interrupts while its
+        reader sleeps, and only this says which way they came."""
+        with netns_mod.entered(self.netns):
+            return mib.read("TcpExt", "netstat").get("BusyPollRxPackets", 0)
 
     def sizing(self) -> dict:
         """The memory each queue's socket holds (every queue's is alike)."""

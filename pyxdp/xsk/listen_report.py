@@ -79,4 +79,7 @@ class ListenReport:
                     "(past --count, or still queued when listening stopped)")
         if self.total("broken"):
             out += f"; {self.total('broken')} datagrams did not decode (a bug: please report)"
+        if self.busy_poll is not None:
+            out += (f"; busy polling took in {self.busy_poll['busy_polled_packets']} packets "
+                    "in the namespace, interrupts the rest")
         return out
