@@ -119,10 +119,10 @@ kernel_row() { # NAME: sets KERNEL_SUITE and KERNEL_KSUITE, or says what is list
 }
 
 # --- guests -------------------------------------------------------------------------------
-# The accelerator's one place: ZL_TCG_THREAD=single makes TCG run the vCPUs in
-# turn on one host thread (issue 34 measures whether that ends the guests'
-# crashes).
-ZL_TCG_THREAD="${ZL_TCG_THREAD:-multi}"
+# The accelerator's one place. Under TCG the vCPUs take turns on one host
+# thread (thread=single): under thread=multi the guests crashed now and then
+# while patching their own code (docs/kernels.md has the measurement).
+ZL_TCG_THREAD="${ZL_TCG_THREAD:-single}"
 BOOT_ACCEL=() BOOT_ACCEL_NAME="" BOOT_PIDS=()
 BOOT_WORK="" BOOT_JOB="" BOOT_LOGDIR=""
 

@@ -16,7 +16,7 @@
 # The command's output streams to stdout; this script exits with its status
 # (124 on timeout, 123 if the guest kernel crashed, 125 if the guest never
 # reported a status for another reason; lib.sh's boot). ZEROLAYER_VM_ACCEL=
-# tcg|kvm skips the accelerator probe; ZL_TCG_THREAD=single|multi (multi)
+# tcg|kvm skips the accelerator probe; ZL_TCG_THREAD=single|multi (single)
 # is TCG's thread option.
 set -euo pipefail
 # shellcheck source=vagrant/vm/lib.sh
