@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from support.cli_runner import ZEROLAYER
@@ -152,6 +153,21 @@ class Observer:
             stop(self.proc)
         for t in self._threads:
             t.join(5)
+
+
+class OneChunkMissed(UserWarning):
+    """Issue 30's open defect seen: a stream's record one chunk short."""
+
+
+def chunks_match(counted: int, expected: int) -> bool:
+    """COUNTED chunks are EXPECTED, or one short: the observer rarely misses
+    one chunk of a stream (issue 30's open defect, cause not found; docs/
+    benchmarks.md, "Token streams"). One short is let through with a
+    warning, so every run that meets it says so; anything else fails."""
+    if counted == expected - 1:
+        warnings.warn(OneChunkMissed(f"{counted} of {expected} chunks (issue 30)"), stacklevel=2)
+        return True
+    return counted == expected
 
 
 def run_client(api: str, base_url: str, prompt: str, *args: str) -> dict:
