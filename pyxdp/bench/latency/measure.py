@@ -25,6 +25,7 @@ import numpy as np
 from pyxdp.bench.delivery.xsk_vs_udp import cpu_pair
 from pyxdp.bench.latency import consumer, sender
 from pyxdp.bench.latency.stats import percentiles
+from pyxdp.bench.worker import Worker
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import mib
 
@@ -32,15 +33,12 @@ READY_TIMEOUT_S = 60.0  # the consumer process imports numpy and pyxdp first
 RESULT_TIMEOUT_S = 30.0  # after the sender is done
 
 
-class _Worker:
+class _Consumer(Worker):
     """The consumer process (consumer.worker_main), pinned to CPU."""
 
     def __init__(self, cpu: int | None):
-        ctx = multiprocessing.get_context("spawn")  # no fork of a process holding bcc
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=consumer.worker_main, args=(child, cpu), daemon=True)
-        self.proc.start()
-        child.close()
+        # spawn: no fork of a process holding bcc
+        super().__init__(multiprocessing.get_context("spawn"), consumer.worker_main, cpu)
 
     def answer(self, path: str, timeout: float) -> dict:
         if not self.conn.poll(timeout):
@@ -49,18 +47,6 @@ class _Worker:
         if "error" in got:
             raise ZerolayerError(f"the {path} consumer failed: {got['error']}")
         return got
-
-    def stop(self) -> None:
-        if self.proc.is_alive():
-            try:
-                self.conn.send(None)
-            except OSError:
-                pass
-            self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(5)
-        self.conn.close()
 
 
 def _mib(lab) -> dict[str, int]:
@@ -72,7 +58,7 @@ def _mib(lab) -> dict[str, int]:
                 "udp_rcvbuf_errors": mib.read("Udp").get("RcvbufErrors", 0)}
 
 
-def _one(worker: _Worker, binary: str, lab, path: str, load, cpus) -> dict:
+def _one(worker: _Consumer, binary: str, lab, path: str, load, cpus) -> dict:
     worker.conn.send({"path": path, "netns": lab.dut.netns, "ifname": lab.dut.ifname,
                       "address": lab.dut.ipv4, "expected": load.frames})
     worker.answer(path, READY_TIMEOUT_S)
@@ -110,7 +96,7 @@ class Session:
 def session(lab) -> Iterator[Session]:
     """The consumer process and the built sender, for runs on LAB; both go on exit."""
     cpus = cpu_pair()
-    worker = _Worker(cpus[1] if cpus else None)
+    worker = _Consumer(cpus[1] if cpus else None)
     try:
         with sender.built() as (binary, compiler):
             yield Session(lambda path, load: _one(worker, binary, lab, path, load, cpus),

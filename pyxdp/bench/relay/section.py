@@ -65,6 +65,7 @@ from pyxdp.bench.figures import cells, figure, figure_of
 from pyxdp.bench.relay import peers as relay_peers
 from pyxdp.bench.relay.load import FRAME_LEN, generator_main, raise_fd_limit, receiver_main
 from pyxdp.bench.section import Progress, Rig, Section
+from pyxdp.bench.worker import Worker
 from pyxdp.human import number, table
 from pyxdp.kernel import bpfsys
 
@@ -110,27 +111,6 @@ def _asyncio_relay_main(conn, upstream: str) -> None:
 
 
 # --- the run ----------------------------------------------------------------------------
-
-class _Worker:
-    def __init__(self, ctx, target, *args):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=target, args=(child, *args), daemon=True)
-        self.proc.start()
-        child.close()
-
-    def stop(self) -> None:
-        """Tell the process to end (None), then make sure it has."""
-        if self.proc.is_alive():
-            try:
-                self.conn.send(None)
-            except OSError:
-                pass
-            self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(5)
-        self.conn.close()
-
 
 def _cpu_s(pid: int) -> float:
     """CPU seconds of process PID and its children, live or reaped (socat
@@ -221,15 +201,15 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
     from pyxdp.relay.sockmap_relay import Relay, serve_in_thread
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a process holding bcc and threads
-    workers: dict[str, _Worker] = {}
+    workers: dict[str, Worker] = {}
     peers: dict[str, relay_peers.Peer] = {}
     runs: list[dict] = []
     old_limit = raise_fd_limit()  # the sockmap relay holds two sockets a stream
     try:
-        workers["generator"] = _Worker(ctx, generator_main)
+        workers["generator"] = Worker(ctx, generator_main)
         upstream = workers["generator"].conn.recv()
-        workers["receiver"] = _Worker(ctx, receiver_main)
-        workers["asyncio"] = _Worker(ctx, _asyncio_relay_main, upstream)
+        workers["receiver"] = Worker(ctx, receiver_main)
+        workers["asyncio"] = Worker(ctx, _asyncio_relay_main, upstream)
         addresses = {"asyncio": workers["asyncio"].conn.recv(), "direct": upstream}
         pids = {"asyncio": workers["asyncio"].proc.pid}
         progress("starting the peers: " + ", ".join(plan.peers))

@@ -243,9 +243,9 @@ def measure(plan: Plan, progress: Progress) -> dict:
     """Measure as PLAN says (module doc). Needs root and bcc."""
     import multiprocessing
 
-    from pyxdp.bench.relay.section import _Worker
     from pyxdp.bench.streams import loops, sse_load
     from pyxdp.bench.streams.observer import Observer
+    from pyxdp.bench.worker import Worker
     from pyxdp.streams import probes
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a process holding bcc
@@ -257,10 +257,10 @@ def measure(plan: Plan, progress: Progress) -> dict:
     errors: list[str] = []
     try:
         cert, key = _certificate(workdir)
-        workers["server"] = _Worker(ctx, sse_load.server_main, cert, key)
+        workers["server"] = Worker(ctx, sse_load.server_main, cert, key)
         ports = workers["server"].conn.recv()
-        workers["clients"] = _Worker(ctx, sse_load.client_main)
-        workers["loop"] = _Worker(ctx, loops.loop_main, cert, key)
+        workers["clients"] = Worker(ctx, sse_load.client_main)
+        workers["loop"] = Worker(ctx, loops.loop_main, cert, key)
         workers["loop"].conn.recv()
         probes.ensure_tracefs()  # for the bare uprobes; the observers see it too
         for r in range(plan.rounds):
