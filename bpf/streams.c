@@ -127,7 +127,8 @@ struct zl_st_bio_thread {
 };
 
 BPF_TABLE("lru_hash", __u64, struct zl_st_bio_thread, zl_st_bio_threads, 16384);
-/* processes with a tracked connection: their exit is reported */
+/* processes with a tracked, linked or ignored connection: their exit is
+ * reported, for userspace to clear what they leave in the maps */
 BPF_TABLE("lru_hash", __u32, __u8, zl_st_procs, ZL_ST_MAX_CONNS);
 BPF_HASH(zl_st_pids, __u32, __u8, 1024);
 /* Plaintext sockets whose calls did not look like HTTP or an event stream,
@@ -381,14 +382,17 @@ static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u6
 static __always_inline void zl_st_not_http(struct zl_st_key *key)
 {
 	__u32 one = 1, *n;
+	__u8 yes = 1;
 
 	if (key->tls)
 		return;
 	n = zl_st_ignored.lookup(key);
-	if (n)
+	if (n) {
 		__sync_fetch_and_add(n, 1);
-	else
-		zl_st_ignored.update(key, &one);
+		return;
+	}
+	zl_st_ignored.update(key, &one);
+	zl_st_procs.update(&key->tgid, &yes);
 }
 
 static __always_inline int zl_st_is_ignored(struct zl_st_key *key)
@@ -479,11 +483,13 @@ static __always_inline void zl_st_link(__u32 tgid, __u64 ssl, __u32 fd)
 	struct zl_st_key key = {.tgid = tgid, .tls = 1, .id = ssl};
 	__u64 *known = zl_st_ssl_fds.lookup(&by_ssl);
 	__u64 fd64 = fd;
+	__u8 yes = 1;
 
 	if (known && *known == fd64)
 		return;
 	zl_st_ssl_fds.update(&by_ssl, &fd64);
 	zl_st_fd_ssls.update(&by_fd, &ssl);
+	zl_st_procs.update(&tgid, &yes);
 	if (zl_st_conns.lookup(&key))
 		zl_st_announce(&key, fd, bpf_ktime_get_ns(), ZL_ST_LINK);
 }

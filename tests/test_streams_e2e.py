@@ -3,9 +3,10 @@
 anthropic SDKs and curl, a mock OpenAI/Anthropic server from PyPI
 (llm-mock-api) and a TLS gateway in front of it (socat, OpenSSL). Each
 client records when its SDK yields each chunk; the observer's report of
-every stream, on both sides, is held to it: the chunk count exactly, the
-median gap within 2 ms, the time to first chunk no later than the
-client's, the status as the client ended it. The prompt is nowhere in what
+every stream, on both sides, is held to it: the chunk count (one short
+let through with a warning: issue 30), the median gap (lab.gap_agrees),
+the time to first chunk no later than the client's, the status as the
+client ended it. The prompt is nowhere in what
 the observer prints."""
 
 import os
@@ -57,7 +58,7 @@ def judge(seen: dict, client: dict, tls: bool) -> None:
     assert seen["time_to_first_chunk_ms"] <= lab.client_ttft_ms(client)
     # a median of a few gaps moves with the SDK's slower first yield
     if len(client["times"]) >= 5:
-        assert abs(seen["chunk_gap_ms"]["p50"] - lab.client_median_gap_ms(client)) <= 2.0
+        assert lab.gap_agrees(seen["chunk_gap_ms"]["p50"], client)
 
 
 def server_of(observer, seen: dict, status: str, tls: bool) -> dict:
@@ -236,8 +237,7 @@ def test_two_streams_interleaved_in_one_process(setup):
     assert b["started_ns"] < a["started_ns"] + a["duration_ms"] * 1e6
     for record in seen:
         assert record["status"] == "done" and lab.chunks_match(record["chunks"], lab.CHUNKS)
-        assert any(abs(record["chunk_gap_ms"]["p50"] - lab.client_median_gap_ms(c)) <= 2.0
-                   for c in out["streams"])
+        assert any(lab.gap_agrees(record["chunk_gap_ms"]["p50"], c) for c in out["streams"])
 
 
 def test_zz_ends_cleanly_and_says_nothing_private(setup):

@@ -221,6 +221,91 @@ def test_a_socket_that_is_not_http_is_ignored_until_closed(watched, turns):
     assert b"/v1/fresh" in sent
 
 
+REUSED = r"""
+import os, socket, sys
+port, what, turns = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+c = socket.create_connection(("127.0.0.1", port))
+s = socket.socket(fileno=os.dup2(c.fileno(), 200))  # the same fd in every process
+c.close()
+if what == "binary":
+    for i in range(turns):
+        s.sendall(b"\x00binary %d" % i)
+else:
+    s.sendall(b"POST /v1/%s HTTP/1.1\r\nHost: a\r\n\r\n" % what.encode())
+print("sent", flush=True)
+sys.stdin.readline()
+os._exit(0)  # the socket still open: the kernel closes it, with no close(2)
+"""
+
+
+def popen_as(pid: int, args: list[str], **kwargs) -> subprocess.Popen:
+    """ARGS started as process PID, a free pid: the kernel's last given pid
+    set to the one before (ns_last_pid, as CRIU restores processes), tried
+    again when another fork took PID first."""
+    for _ in range(50):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        proc = subprocess.Popen(args, **kwargs)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    pytest.fail(f"pid {pid} was not given to a new process in 50 tries")
+
+
+def holds(table, pid: int, fd: int | None = None) -> bool:
+    """Whether TABLE has an entry of process PID (and fd FD)."""
+    return any(k.tgid == pid and fd in (None, k.id) for k in table.keys())
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("left", ["ignored", "tracked"])
+def test_a_reused_pid_starts_clean(watched, left):
+    """A process exits with its socket (fd 200) open, ignored as not HTTP or
+    tracked as HTTP; a new process given its pid writes HTTP on its own fd
+    200 to another server, and is tracked as a new connection: what the dead
+    one left in the program's maps went at its exit."""
+    p, s, rec = watched
+    table = p.bpf[b"zl_st_ignored" if left == "ignored" else b"zl_st_conns"]
+    servers = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    ports = [str(srv.getsockname()[1]) for srv in servers]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    procs: list[subprocess.Popen] = []
+    accepted: list[socket.socket] = []
+
+    try:
+        first = subprocess.Popen([sys.executable, "-c", REUSED, ports[0],
+                                  "binary" if left == "ignored" else "first",
+                                  str(probes.IGNORE_AFTER)], **pipes)
+        procs.append(first)
+        accepted.append(servers[0].accept()[0])
+        assert first.stdout.readline() == "sent\n"
+        drain(s)
+        assert holds(table, first.pid, 200), f"fd 200 is {left}"
+        first.stdin.write("\n")
+        first.stdin.close()
+        assert first.wait(10) == 0
+        end = time.monotonic() + 10
+        while holds(table, first.pid) and time.monotonic() < end:
+            s.poll(50)
+        second = popen_as(first.pid, [sys.executable, "-c", REUSED, ports[1], "second", "0"],
+                          **pipes)
+        procs.append(second)
+        accepted.append(servers[1].accept()[0])
+        assert second.stdout.readline() == "sent\n"
+        drain(s)
+        conn = (first.pid, 0, 200)
+        assert b"/v1/second" in rec.bytes.get((conn, True), b"")
+        assert rec.described[conn]["remote"] == f"127.0.0.1:{ports[1]}"
+        assert s.failures == {}
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        for sock in accepted + servers:
+            sock.close()
+
+
 FILLER = r"""
 import socket, sys
 c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from pyxdp.streams import probes
+from pyxdp.streams.leftovers import Leftovers
 from pyxdp.streams.probes import CLOSE, CONN, DATA, EXIT, EXIT_KEY, HEADER_LEN, LINK
 from pyxdp.streams.ring import Ring
 
@@ -52,6 +53,7 @@ class Session:
         self.failures: dict[str, int] = {}
         self.ends_missed = 0  # closes and exits the ring had no room for, taken from a map
         self._missed_table = probes_.bpf[b"zl_st_ends_missed"]
+        self.leftovers = Leftovers(probes_.bpf)
         self.ring = Ring(probes_.bpf[b"zl_st_events"].map_fd, probes.RING_PAGES * mmap.PAGESIZE)
 
     def poll(self, interval_ms: int) -> None:
@@ -91,6 +93,7 @@ class Session:
         self.ring.release()
         if missed:
             self._end_missed(missed, None)
+        self.leftovers.clear_due()
         if self.ring.backlog < self.ring.size // 4:
             time.sleep(interval_ms / 1000)
 
@@ -131,6 +134,7 @@ class Session:
         elif kind == EXIT:
             for key in [k for k in self._next if k[0][0] == tgid]:
                 del self._next[key]
+            self.leftovers.exited(tgid)
             self.tracker.process_exited(tgid, ts)
 
     def _forget(self, conn) -> None:
