@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from pyxdp.bench.latency import sender
-from pyxdp.bench.latency.consumer import PATHS, UdpConsumer
-from pyxdp.bench.latency.section import LATENCIES, QUICK, SCOPE_NOTE
+from pyxdp.bench.latency import PATHS, sender
+from pyxdp.bench.latency.consumer import UdpConsumer
+from pyxdp.bench.latency.section import LATENCIES, QUICK, RATIOS, SCOPE_NOTE
 from pyxdp.bench.latency.stats import percentiles
 from pyxdp.lab.veth_lab import Lab
 from support.bench_helpers import assert_figure, bench_json
@@ -71,7 +71,7 @@ def test_each_run_is_a_path_and_a_load_with_its_sender_and_socket(latency):
         ("latency_ratio.af_xdp_vs_udp_p99.1000x50", "goal"),
         ("latency_ratio.busy_poll_vs_af_xdp_p99.1x50", "target"),
         ("latency_lost", "target")]
-    for name in ("af_xdp_vs_udp_p99", "busy_poll_vs_af_xdp_p99", "udp_busy_poll_vs_udp_p99"):
+    for name in RATIOS:
         assert list(report["latency_ratio"][name]) == LOADS
     assert report["latency_notes"][0] == SCOPE_NOTE
     assert report["latency_load"]["loads"]["1000x50"]["frames_per_s"] == 50_000

@@ -2,14 +2,16 @@
 """`zerolayer bench --pair` on a real driver: the VM rig's virtio-net pair 0
 (vagrant/vm/run.sh --nic-pairs), the zerocopy section measuring zero-copy
 against copy where the kernel's virtio_net has it (6.13+), and saying why
-not before. It runs and reports; what it measures is the bench's business.
-Not in the smoke selection: under TCG it adds a compile and a minute."""
+not before; the latency section's paths there, busy polling included. They
+run and report; what they measure is the bench's business. Not in the
+smoke selection: under TCG each adds a compile and minutes."""
 
 import json
 import subprocess
 
 import pytest
 
+from pyxdp.bench.latency import PATHS
 from support import nic_lab
 from support.cli_runner import ZEROLAYER
 
@@ -33,4 +35,30 @@ def test_the_zerocopy_section_runs_on_the_nic_pair_and_gives_it_back():
             assert all(z["rate"][direction][mode]["median"] > 0 for mode in ("zerocopy", "copy"))
     else:
         assert "(virtio_net)" in z["skipped"] and "zero-copy" in z["skipped"]
+    assert nic_lab.find(nic_lab.mac(0, 1)) == dut and nic_lab.find(nic_lab.mac(0, 2)) == peer
+
+
+def test_the_latency_section_runs_on_the_nic_pair_and_says_what_busy_polling_did():
+    """Every path and load on virtio_net, every frame accounted for; the
+    busy-polling AF_XDP socket either has a NAPI id (virtio_net links its
+    queues to NAPI contexts) and the kernel counted packets taken in by
+    busy polling during its runs, or a note says why not."""
+    nic_lab.require(1)
+    dut, peer = nic_lab.find(nic_lab.mac(0, 1)), nic_lab.find(nic_lab.mac(0, 2))
+    proc = subprocess.run([ZEROLAYER, "bench", "--section", "latency", "--quick", "--rounds", "1",
+                           "--pair", f"{dut},{peer}", "--json"],
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["machine"]["lab"]["drivers"] == {"dut": "virtio_net", "peer": "virtio_net"}
+    runs = report["latency_runs"]
+    assert sorted({r["path"] for r in runs}) == sorted(PATHS)
+    for run in runs:
+        assert run["lost"] == run["sent"] - run["received"] >= 0
+    busy = [r for r in runs if r["path"] == "af_xdp_busy_poll"]
+    napi_id = busy[0]["consumer"]["socket"]["busy_poll"]["napi_id"]
+    if napi_id:
+        assert sum(r["busy_poll_rx_packets"] for r in busy) > 0
+    else:
+        assert any("NAPI" in n for n in report["latency_notes"]), report["latency_notes"]
     assert nic_lab.find(nic_lab.mac(0, 1)) == dut and nic_lab.find(nic_lab.mac(0, 2)) == peer

@@ -95,6 +95,7 @@ INF2_PLAN = [
     ("busy-poll", None, "net.core.busy_read"),
     ("busy-poll", None, "net.core.busy_poll"),
     ("napi-deferral", None, "IFACE/napi_defer_hard_irqs, IFACE/gro_flush_timeout"),
+    ("napi-deferral", None, "IFACE's NAPI irq-suspend-timeout"),
 ]
 
 

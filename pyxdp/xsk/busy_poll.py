@@ -17,6 +17,9 @@ What the kernel does with them (net/xdp/xsk.c, net/core/dev.c, as of 6.18):
   its interrupt stays off while the reader keeps polling, and the timer
   takes over when it stops. In zero-copy mode a busy-polled socket's
   recvmsg also skips the driver wakeup, the pass having done its work.
+- IRQ suspension (irq-suspend-timeout, Linux 6.13) is not used: the
+  kernel suspends a NAPI context's interrupt only for an epoll context set
+  to prefer busy polling (EPIOCSPARAMS), and these readers use no epoll.
 - SO_BUSY_POLL_BUDGET (Linux 5.11): frames per pass (the kernel's default
   is 8). The kernel has no getsockopt for it: what is reported is what
   setsockopt accepted.

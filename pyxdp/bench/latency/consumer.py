@@ -6,6 +6,10 @@ to the consumer's CPU), one socket a run, each as a user would write it:
                     recv(timeout) (a poll() while the ring is empty), then
                     each frame of the batch;
   af_xdp_busy_poll  the same with busy_poll=BusyPoll();
+  af_xdp_asyncio    the same socket in an asyncio program: `async for
+                    batch in xsk.batches()` (pyxdp/xsk/aio.py), which
+                    waits in the event loop's selector while the ring is
+                    empty;
   udp               a blocking UDP socket: recv_into, one datagram a call;
   udp_busy_poll     the same with SO_BUSY_POLL, SO_PREFER_BUSY_POLL and
                     SO_BUSY_POLL_BUDGET (pyxdp.xsk.busy_poll.apply, the
@@ -24,6 +28,8 @@ received to the last, over the frames after the first read: what the
 consumer spent per frame, its waits included (busy polling spends there).
 """
 
+import asyncio
+import contextlib
 import os
 import resource
 import socket
@@ -41,7 +47,6 @@ FRAME = struct.Struct("!IBQ")
 STAMP = struct.Struct("!Q")
 IDLE_S = 0.2  # a read waits this long before it looks whether the sender is done
 MAX_BATCH = 256
-PATHS = ("af_xdp", "af_xdp_busy_poll", "udp", "udp_busy_poll")
 
 
 def _cpu_s() -> float:
@@ -166,13 +171,56 @@ class XskConsumer:
         self.xsk.close()
 
 
+class XskAsyncConsumer(XskConsumer):
+    """The same socket read by an asyncio program: one task iterates
+    xsk.batches(); the run's own coroutine ends it (task.cancel(), which
+    leaves the selector clean) once the sender is done and IDLE_S passed
+    without a frame, as the batch API's loop ends."""
+
+    def consume(self, expected: int, done) -> _Run:
+        return asyncio.run(self._consume(expected, done))
+
+    async def _consume(self, expected: int, done) -> _Run:
+        run = _Run()
+        unpack_from, now = STAMP.unpack_from, time.monotonic_ns
+        keep = run.latency_ns.append
+        got = 0
+
+        async def read() -> None:
+            nonlocal got
+            async for batch in self.xsk.batches(MAX_BATCH):
+                t = now()
+                for _type, payload in batch.frames():
+                    keep(t - unpack_from(payload)[0])
+                if not got:
+                    run.started(len(batch))
+                got += len(batch)
+                run.reads += 1
+                if got >= expected:
+                    return
+
+        reader = asyncio.create_task(read())
+        seen = -1
+        while not reader.done():
+            await asyncio.wait({reader}, timeout=IDLE_S)
+            if not reader.done() and got == seen and done():
+                reader.cancel()
+            seen = got
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        run.cpu_last = _cpu_s()
+        return run
+
+
 def open_consumer(path: str, netns_name: str, ifname: str, address: str):
-    """The consumer of PATH (one of PATHS) on the dut's IFNAME and ADDRESS."""
+    """The consumer of PATH (one of pyxdp.bench.latency.PATHS) on the dut's IFNAME and ADDRESS."""
     busy = None
     if path.endswith("_busy_poll"):
         from pyxdp.xsk.busy_poll import BusyPoll
 
         busy = BusyPoll()
+    if path == "af_xdp_asyncio":
+        return XskAsyncConsumer(netns_name, ifname)
     if path.startswith("af_xdp"):
         return XskConsumer(netns_name, ifname, busy)
     return UdpConsumer(netns_name, address, busy)

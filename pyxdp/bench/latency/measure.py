@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pyxdp.bench.delivery.xsk_vs_udp import cpu_pair
-from pyxdp.bench.latency import consumer, sender
+from pyxdp.bench.latency import PATHS, consumer, sender
 from pyxdp.bench.latency.stats import percentiles
 from pyxdp.bench.worker import Worker
 from pyxdp.errors import ZerolayerError
@@ -112,7 +112,7 @@ def measure(lab, plan, progress: Callable[[str], None]) -> dict:
     with session(lab) as runs_on:
         for r in range(plan.rounds):
             for load in plan.loads:
-                paths = consumer.PATHS if r % 2 == 0 else consumer.PATHS[::-1]
+                paths = PATHS if r % 2 == 0 else PATHS[::-1]
                 for path in paths:
                     progress(f"round {r + 1}/{plan.rounds}: {load.name} "
                              f"({load.streams:,} stream{'s' if load.streams > 1 else ''} "

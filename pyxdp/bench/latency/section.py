@@ -21,16 +21,17 @@ from dataclasses import dataclass
 from pyxdp.bench import c_build
 from pyxdp.bench.drawing import C_CEILING, FLOOR, ZEROLAYER, bar, verdicts
 from pyxdp.bench.figures import figure, figure_of
+from pyxdp.bench.latency import PATHS
 from pyxdp.bench.latency.sender import SOURCE
 from pyxdp.bench.section import Progress, Rig, Section, Target, judged
 from pyxdp.human import number, table
 
-PATHS = ("af_xdp", "af_xdp_busy_poll", "udp", "udp_busy_poll")  # as consumer.PATHS
 LATENCIES = ("p50_us", "p99_us", "p999_us", "max_us")
 # Per-round p99 ratios: name -> (path over, path under).
 RATIOS = {"af_xdp_vs_udp_p99": ("af_xdp", "udp"),
           "busy_poll_vs_af_xdp_p99": ("af_xdp_busy_poll", "af_xdp"),
-          "udp_busy_poll_vs_udp_p99": ("udp_busy_poll", "udp")}
+          "udp_busy_poll_vs_udp_p99": ("udp_busy_poll", "udp"),
+          "asyncio_vs_af_xdp_p99": ("af_xdp_asyncio", "af_xdp")}
 DATAGRAM = ("IPv4 UDP datagrams of one TOKEN frame, its 16-byte payload the stamp (u64 ns), "
             "the stream and the frame's number; a UDP socket (source port) per stream")
 SCOPE_NOTE = ("measured on the bench's lab; a NIC pair (--pair, the VM rig) is not yet in this "
@@ -192,15 +193,15 @@ def _render(r: dict) -> str:
 
 
 def _panel(ax, report):
-    colors = {"af_xdp": ZEROLAYER, "af_xdp_busy_poll": C_CEILING, "udp": FLOOR,
-              "udp_busy_poll": "#7f7f7f"}
+    colors = {"af_xdp": ZEROLAYER, "af_xdp_busy_poll": C_CEILING, "af_xdp_asyncio": "#9467bd",
+              "udp": FLOOR, "udp_busy_poll": "#7f7f7f"}
     loads = list(report["latency_load"]["loads"])
-    width = 0.2
+    width = 0.16
     for i, name in enumerate(loads):
         for j, path in enumerate(PATHS):
             fig = report["latency"].get(path, {}).get(name)
             if fig is not None:
-                bar(ax, i + (j - 1.5) * width, fig["p99_us"], colors[path],
+                bar(ax, i + (j - (len(PATHS) - 1) / 2) * width, fig["p99_us"], colors[path],
                     path if i == 0 else None, 1.0, width)
     ax.set_xticks(range(len(loads)), loads)
     ax.set_title("One-way latency at token cadence, p99 us (lower is better)", fontsize=10)
