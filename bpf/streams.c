@@ -306,6 +306,26 @@ static __always_inline int zl_st_recognise(const void *buf, __u64 len)
 	return ZL_ST_NO;
 }
 
+/* One piece: N bytes (at most ZL_ST_PIECE) at BUF, at offset OFF of the
+ * direction's stream. */
+static __always_inline void zl_st_piece(struct zl_st_key *key, __u8 out, __u64 ts, const char *buf,
+					__u64 n, __u64 off)
+{
+	struct zl_st_event *ev = zl_st_new(ZL_ST_DATA, key->tgid, key->id, key->tls, ts);
+
+	if (!ev)
+		return;
+	ev->off = off;
+	ev->out = out;
+	zl_opaque(n);
+	if (n > ZL_ST_PIECE)
+		n = ZL_ST_PIECE;
+	if (bpf_probe_read_user(ev->data, n, buf))
+		n = 0; /* userspace sees the gap */
+	ev->len = n;
+	zl_st_send(ev, n);
+}
+
 /* Copies LEN bytes at BUF, from offset OFF of the direction's stream, in at
  * most ZL_ST_PIECES events; what does not fit is missed (userspace sees the
  * gap in the offsets). */
@@ -316,25 +336,13 @@ static __always_inline void zl_st_copy(struct zl_st_key *key, __u8 out, __u64 ts
 	for (int i = 0; i < ZL_ST_PIECES; i++) {
 		__u64 pos = (__u64)i * ZL_ST_PIECE;
 		__u64 n;
-		struct zl_st_event *ev;
 
 		if (pos >= len)
 			return;
 		n = len - pos;
 		if (n > ZL_ST_PIECE)
 			n = ZL_ST_PIECE;
-		ev = zl_st_new(ZL_ST_DATA, key->tgid, key->id, key->tls, ts);
-		if (!ev)
-			return;
-		ev->off = off + pos;
-		ev->out = out;
-		zl_opaque(n);
-		if (n > ZL_ST_PIECE)
-			n = ZL_ST_PIECE;
-		if (bpf_probe_read_user(ev->data, n, buf + pos))
-			n = 0; /* userspace sees the gap */
-		ev->len = n;
-		zl_st_send(ev, n);
+		zl_st_piece(key, out, ts, buf + pos, n, off + pos);
 	}
 }
 
@@ -444,7 +452,12 @@ static __always_inline void zl_st_data(struct zl_st_key *key, __s32 fd, __u8 out
 	zl_st_copy(key, out, ts, buf, len, off);
 }
 
-/* LEN bytes moved through the iovec array VEC (VLEN entries). */
+/* LEN bytes moved through the iovec array VEC (VLEN entries): the first
+ * iovec as a buffer (ZL_ST_PIECES pieces), each later one in one piece, up
+ * to ZL_ST_IOVS of them. Many small buffers are the usual call: asyncio on
+ * Python 3.12+ sends in one sendmsg every write a slow reader left behind,
+ * a chunk each, and a chunk past the iovecs read is missed (unseen, when
+ * nothing follows it). */
 static __always_inline void zl_st_vec_data(struct zl_st_key *key, __s32 fd, __u8 out,
 					   const struct iovec *vec, __u64 vlen, __u64 len)
 {
@@ -468,9 +481,16 @@ static __always_inline void zl_st_vec_data(struct zl_st_key *key, __s32 fd, __u8
 			return;
 		if (i > 0 && bpf_probe_read_user(&iov, sizeof(iov), vec + i))
 			return;
-		n = iov.iov_len < len - done ? iov.iov_len : len - done;
-		zl_st_copy(key, out, ts, iov.iov_base, n, off + done);
-		done += n;
+		n = len - done;
+		if (n > iov.iov_len)
+			n = iov.iov_len;
+		if (i == 0)
+			zl_st_copy(key, out, ts, iov.iov_base, n, off);
+		else if (n)
+			zl_st_piece(key, out, ts, iov.iov_base, n, off + done);
+		/* the whole iovec, copied or not: the same on every path above, so
+		 * the verifier's paths meet again (adding what each copied did not) */
+		done += iov.iov_len;
 	}
 }
 

@@ -53,7 +53,7 @@ def judge(seen: dict, client: dict, tls: bool) -> None:
     the SDK yielded (CLIENT)."""
     assert seen["side"] == "client"
     assert seen["tls"] is tls
-    assert lab.chunks_match(seen["chunks"], len(client["times"]))
+    assert lab.chunks_match(seen, len(client["times"]))
     assert seen["status"] == client["status"]
     assert seen["time_to_first_chunk_ms"] <= lab.client_ttft_ms(client)
     # a median of a few gaps moves with the SDK's slower first yield
@@ -88,10 +88,10 @@ def test_plaintext_sdk_streams(setup, api, record_property):
     out = lab.run_client(api, setup["plain"], prompt(setup))
     [seen] = client_streams(setup["observer"], out["pid"], 1)
     judge(seen, out["streams"][0], tls=False)
-    assert seen["api"] == api and lab.chunks_match(seen["chunks"], lab.CHUNKS)
+    assert seen["api"] == api and lab.chunks_match(seen, lab.CHUNKS)
     assert seen["model"] == ("gpt-test" if api == "openai" else "claude-test")
     server = server_of(setup["observer"], seen, "done", tls=False)
-    assert server["pid"] == setup["mock"].pid and lab.chunks_match(server["chunks"], lab.CHUNKS)
+    assert server["pid"] == setup["mock"].pid and lab.chunks_match(server, lab.CHUNKS)
 
 
 @pytest.mark.kernel
@@ -107,12 +107,12 @@ def test_tls_sdk_streams_through_a_gateway(setup, api, record_property):
     judge(seen, out["streams"][0], tls=True)
     observer = setup["observer"]
     gateway = server_of(observer, seen, "done", tls=True)
-    assert gateway["comm"] == "socat" and lab.chunks_match(gateway["chunks"], lab.CHUNKS)
+    assert gateway["comm"] == "socat" and lab.chunks_match(gateway, lab.CHUNKS)
     [upstream] = observer.wait_for(
         lambda s: s["pid"] == gateway["pid"] and s["side"] == "client", 1)
-    assert upstream["tls"] is False and lab.chunks_match(upstream["chunks"], lab.CHUNKS)
+    assert upstream["tls"] is False and lab.chunks_match(upstream, lab.CHUNKS)
     mock = server_of(observer, upstream, "done", tls=False)
-    assert mock["pid"] == setup["mock"].pid and lab.chunks_match(mock["chunks"], lab.CHUNKS)
+    assert mock["pid"] == setup["mock"].pid and lab.chunks_match(mock, lab.CHUNKS)
 
 
 @pytest.mark.parametrize(("api", "cancel"), [("openai", None), ("anthropic", 3)])
@@ -143,7 +143,7 @@ def test_curl(setup, scheme):
     assert proc.returncode == 0 and "[DONE]" in output
     [seen] = client_streams(setup["observer"], proc.pid, 1)
     assert (seen["comm"], seen["tls"], seen["status"]) == ("curl", scheme == "tls", "done")
-    assert lab.chunks_match(seen["chunks"], lab.CHUNKS)
+    assert lab.chunks_match(seen, lab.CHUNKS)
     server_of(setup["observer"], seen, "done", tls=scheme == "tls")
 
 
@@ -218,13 +218,13 @@ def test_several_streams_on_one_keepalive_connection(setup, scheme):
     assert len({s["local"] for s in seen}) == 1  # one connection
     assert [s["api"] for s in seen] == ["openai", "anthropic", "openai"]
     for record in seen:
-        assert record["status"] == "done" and lab.chunks_match(record["chunks"], lab.CHUNKS)
+        assert record["status"] == "done" and lab.chunks_match(record, lab.CHUNKS)
     servers = setup["observer"].wait_for(
         lambda s: s["side"] == "server" and s["remote"] == seen[0]["local"], 3)
     servers.sort(key=lambda s: s["started_ns"])
     assert [(s["api"], s["status"]) for s in servers] == [
         ("openai", "done"), ("anthropic", "done"), ("openai", "done")]
-    assert all(lab.chunks_match(s["chunks"], lab.CHUNKS) for s in servers)
+    assert all(lab.chunks_match(s, lab.CHUNKS) for s in servers)
 
 
 def test_two_streams_interleaved_in_one_process(setup):
@@ -236,7 +236,7 @@ def test_two_streams_interleaved_in_one_process(setup):
     a, b = seen
     assert b["started_ns"] < a["started_ns"] + a["duration_ms"] * 1e6
     for record in seen:
-        assert record["status"] == "done" and lab.chunks_match(record["chunks"], lab.CHUNKS)
+        assert record["status"] == "done" and lab.chunks_match(record, lab.CHUNKS)
         assert any(lab.gap_agrees(record["chunk_gap_ms"]["p50"], c) for c in out["streams"])
 
 

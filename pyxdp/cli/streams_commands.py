@@ -88,6 +88,9 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
         if w.session.ends_missed:
             note(f"{w.session.ends_missed} closes and exits found the ring full: they were kept "
                  f"aside and counted in their place; the bytes before them may be missing")
+        if w.session.behind:
+            note(f"{w.session.behind} events came behind bytes already seen and were dropped: "
+                 "a bug, please report it")
         for name, n in w.session.failures.items():
             note(f"{n} events not parsed ({name}): a bug, please report it")
 

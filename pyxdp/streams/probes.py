@@ -25,7 +25,9 @@ DATA, CONN, CLOSE, EXIT, LINK = 1, 2, 3, 4, 5
 EXIT_KEY = 2  # the tls field of an exit's key among the missed ends (zl_st_ends_missed)
 PIECE = 4096  # payload bytes per event
 PIECES = 4  # events per call at most: a longer call is partly missed, and counted
-IOVS = 4  # iovecs read per readv/writev/recvmsg/sendmsg
+# iovecs read per readv/writev/recvmsg/sendmsg (the first in up to PIECES pieces,
+# the others in one each): asyncio on Python 3.12+ sends many small buffers at once
+IOVS = 16
 RING_PAGES = 4096  # 16 MiB of ring buffer: a quarter second of a flood on loopback
 MAX_PIDS = 1024  # entries of zl_st_pids
 # Calls in a row on an untracked socket that are not HTTP before it is
