@@ -40,9 +40,11 @@ def test_the_zerocopy_section_runs_on_the_nic_pair_and_gives_it_back():
 
 def test_the_latency_section_runs_on_the_nic_pair_and_says_what_busy_polling_did():
     """Every path and load on virtio_net, every frame accounted for; the
-    busy-polling AF_XDP socket either has a NAPI id (virtio_net links its
-    queues to NAPI contexts) and the kernel counted packets taken in by
-    busy polling during its runs, or a note says why not."""
+    busy-polling AF_XDP socket has a NAPI id where the kernel ties it to
+    its queue's NAPI context (virtio_net links them), and then the packets
+    the kernel took in by busy polling are counted, or a note says none
+    were (the interrupt came first: no profile defers it); without one, a
+    note says why."""
     nic_lab.require(1)
     dut, peer = nic_lab.find(nic_lab.mac(0, 1)), nic_lab.find(nic_lab.mac(0, 2))
     proc = subprocess.run([ZEROLAYER, "bench", "--section", "latency", "--quick", "--rounds", "1",
@@ -58,7 +60,9 @@ def test_the_latency_section_runs_on_the_nic_pair_and_says_what_busy_polling_did
     busy = [r for r in runs if r["path"] == "af_xdp_busy_poll"]
     napi_id = busy[0]["consumer"]["socket"]["busy_poll"]["napi_id"]
     if napi_id:
-        assert sum(r["busy_poll_rx_packets"] for r in busy) > 0
+        assert sum(r["busy_poll_rx_packets"] for r in busy) > 0 or \
+            any(n.startswith("af_xdp_busy_poll: the kernel received no frame by busy polling")
+                for n in report["latency_notes"]), report["latency_notes"]
     else:
         assert any("NAPI" in n for n in report["latency_notes"]), report["latency_notes"]
     assert nic_lab.find(nic_lab.mac(0, 1)) == dut and nic_lab.find(nic_lab.mac(0, 2)) == peer

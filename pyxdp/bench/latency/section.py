@@ -1,15 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """The `latency` section of `zerolayer bench`: one-way latency at token
 cadence, from the sender's CLOCK_MONOTONIC stamp inside each token frame
-to the moment the consumer's code holds the frame, on the bench's veth lab
-with zerolayer attached to dut0.
+to the moment the consumer's code holds the frame, on the bench's lab
+(veth, or --pair's NICs) with zerolayer attached to dut0.
 
 Loads (LOADS): 1 stream at 50 frames/s, and 1,000 streams at 50 frames/s
 each (50,000 frames/s, the streams' phases spread evenly), sent by a paced
 C sender in the peer namespace (pyxdp/bench/latency/sender.py). Paths, side
 by side in each round, the order reversed every other round: pyxdp's
-AF_XDP socket with and without preferred busy polling, and a blocking UDP
-socket with and without SO_BUSY_POLL (pyxdp/bench/latency/consumer.py).
+AF_XDP socket with and without preferred busy polling and in an asyncio
+program, and a blocking UDP socket with and without SO_BUSY_POLL
+(pyxdp/bench/latency/consumer.py).
 Every figure is the median over rounds of a round's percentile; ratios are
 taken within a round. What each run sent and received is checked: a lost
 frame misses a target.
@@ -34,8 +35,9 @@ RATIOS = {"af_xdp_vs_udp_p99": ("af_xdp", "udp"),
           "asyncio_vs_af_xdp_p99": ("af_xdp_asyncio", "af_xdp")}
 DATAGRAM = ("IPv4 UDP datagrams of one TOKEN frame, its 16-byte payload the stamp (u64 ns), "
             "the stream and the frame's number; a UDP socket (source port) per stream")
-SCOPE_NOTE = ("measured on the bench's lab; a NIC pair (--pair, the VM rig) is not yet in this "
-              "section's scope: its figures there are not checked")
+SCOPE_NOTE = ("measured on the bench's lab: a veth pair, or with --pair two NICs (the VM rig's "
+              "virtio_net pair runs it in tests/test_nic_bench.py, which checks what it "
+              "reports, not its times: under emulation they are the emulator's)")
 
 
 @dataclass(frozen=True)
