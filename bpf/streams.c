@@ -140,6 +140,14 @@ BPF_TABLE("lru_hash", struct zl_st_key, __u32, zl_st_ignored, ZL_ST_MAX_CONNS);
  * chunk of a few hundred bytes takes a few hundred bytes of ring, not
  * ZL_ST_PIECE (bpf_ringbuf_reserve takes only a constant size). */
 BPF_PERCPU_ARRAY(zl_st_scratch, struct zl_st_event, 1);
+/* A TLS event is built in a buffer of its thread's instead. Uprobe programs
+ * (the SSL functions') run with only migration off, and a kernel that
+ * preempts in-kernel code (Linux 7.x's lazy and full preemption) may run
+ * another program on the CPU while one is half built, which would send a
+ * mix of the two. A thread cannot preempt itself; the system calls'
+ * tracepoint programs run with preemption off, so the per-CPU buffer stays
+ * theirs. Every event a uprobe program builds is a TLS one. */
+BPF_TABLE("lru_hash", __u64, struct zl_st_event, zl_st_tls_scratch, 1024);
 
 #define ZL_ST_HEADER (sizeof(struct zl_st_event) - ZL_ST_PIECE)
 
@@ -151,6 +159,19 @@ static __always_inline struct zl_st_event *zl_st_new(__u8 kind, __u32 tgid, __u6
 
 	if (!ev)
 		return NULL;
+	if (tls) {
+		__u64 thread = bpf_get_current_pid_tgid();
+		struct zl_st_event *own = zl_st_tls_scratch.lookup(&thread);
+
+		if (!own) {
+			/* a first event: the entry is made (its bytes are overwritten) */
+			zl_st_tls_scratch.update(&thread, ev);
+			own = zl_st_tls_scratch.lookup(&thread);
+		}
+		if (!own)
+			return NULL;
+		ev = own;
+	}
 	ev->ts = ts;
 	ev->id = id;
 	ev->off = 0;

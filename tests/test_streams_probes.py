@@ -342,6 +342,56 @@ def test_a_reused_pid_starts_clean(watched, left):
             sock.close()
 
 
+TLS_PEER = r"""
+import socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+print("up", flush=True)
+sys.stdin.readline()  # the uprobes are in place
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as raw:
+    with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as c:
+        c.sendall(b"POST /v1/tls HTTP/1.1\r\nHost: a\r\n\r\n")
+        c.recv(100)
+"""
+
+
+@pytest.mark.root
+def test_a_tls_event_is_built_in_a_buffer_of_its_thread(watched, tmp_path):
+    """The SSL functions' uprobe programs can be preempted (Linux 7.x), so
+    a TLS event is built in its thread's buffer, not the per-CPU one the
+    system calls' programs share: the peer's TLS bytes arrive, and its
+    thread has an entry in zl_st_tls_scratch."""
+    import ssl
+
+    from support import streams_lab
+
+    p, s, rec = watched
+    cert, key = streams_lab.certificate(tmp_path)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv = socket.create_server(("127.0.0.1", 0))
+    peer = subprocess.Popen([sys.executable, "-c", TLS_PEER, str(srv.getsockname()[1]),
+                             str(cert)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout.readline() == "up\n"
+        p.scan([peer.pid])
+        peer.stdin.write("\n")
+        peer.stdin.flush()
+        raw, _ = srv.accept()
+        with ctx.wrap_socket(raw, server_side=True) as conn:
+            conn.recv(100)
+            conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+        assert peer.wait(10) == 0
+        drain(s)
+        sent = b"".join(v for k, v in rec.bytes.items() if k[0][0] == peer.pid and k[0][1] and k[1])
+        assert b"POST /v1/tls" in sent
+        assert any(k.value >> 32 == peer.pid for k in p.bpf[b"zl_st_tls_scratch"].keys())
+        assert s.failures == {}
+    finally:
+        peer.kill()
+        peer.wait()
+        srv.close()
+
+
 FILLER = r"""
 import socket, sys
 c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
