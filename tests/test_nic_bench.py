@@ -18,16 +18,23 @@ from support.cli_runner import ZEROLAYER
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
 
-def test_the_zerocopy_section_runs_on_the_nic_pair_and_gives_it_back():
+def bench_on_the_pair(section: str, timeout: int) -> dict:
+    """SECTION's quick run of one round on pair 0, its report; the pair is
+    given back under its names."""
     nic_lab.require(1)
     dut, peer = nic_lab.find(nic_lab.mac(0, 1)), nic_lab.find(nic_lab.mac(0, 2))
-    proc = subprocess.run([ZEROLAYER, "bench", "--section", "zerocopy", "--quick", "--rounds", "1",
+    proc = subprocess.run([ZEROLAYER, "bench", "--section", section, "--quick", "--rounds", "1",
                            "--pair", f"{dut},{peer}", "--json"],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["machine"]["lab"]["drivers"] == {"dut": "virtio_net", "peer": "virtio_net"}
-    z = report["zerocopy"]
+    assert nic_lab.find(nic_lab.mac(0, 1)) == dut and nic_lab.find(nic_lab.mac(0, 2)) == peer
+    return report
+
+
+def test_the_zerocopy_section_runs_on_the_nic_pair_and_gives_it_back():
+    z = bench_on_the_pair("zerocopy", 900)["zerocopy"]
     if nic_lab.zerocopy_expected():
         assert z["skipped"] is None and z["mode_mismatch"] == []
         for direction in ("rx", "tx"):
@@ -35,7 +42,6 @@ def test_the_zerocopy_section_runs_on_the_nic_pair_and_gives_it_back():
             assert all(z["rate"][direction][mode]["median"] > 0 for mode in ("zerocopy", "copy"))
     else:
         assert "(virtio_net)" in z["skipped"] and "zero-copy" in z["skipped"]
-    assert nic_lab.find(nic_lab.mac(0, 1)) == dut and nic_lab.find(nic_lab.mac(0, 2)) == peer
 
 
 def test_the_latency_section_runs_on_the_nic_pair_and_says_what_busy_polling_did():
@@ -45,14 +51,7 @@ def test_the_latency_section_runs_on_the_nic_pair_and_says_what_busy_polling_did
     the kernel took in by busy polling are counted, or a note says none
     were (the interrupt came first: no profile defers it); without one, a
     note says why."""
-    nic_lab.require(1)
-    dut, peer = nic_lab.find(nic_lab.mac(0, 1)), nic_lab.find(nic_lab.mac(0, 2))
-    proc = subprocess.run([ZEROLAYER, "bench", "--section", "latency", "--quick", "--rounds", "1",
-                           "--pair", f"{dut},{peer}", "--json"],
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
-    assert report["machine"]["lab"]["drivers"] == {"dut": "virtio_net", "peer": "virtio_net"}
+    report = bench_on_the_pair("latency", 1800)
     runs = report["latency_runs"]
     assert sorted({r["path"] for r in runs}) == sorted(PATHS)
     for run in runs:
@@ -65,4 +64,3 @@ def test_the_latency_section_runs_on_the_nic_pair_and_says_what_busy_polling_did
                 for n in report["latency_notes"]), report["latency_notes"]
     else:
         assert any("NAPI" in n for n in report["latency_notes"]), report["latency_notes"]
-    assert nic_lab.find(nic_lab.mac(0, 1)) == dut and nic_lab.find(nic_lab.mac(0, 2)) == peer

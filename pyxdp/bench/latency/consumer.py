@@ -143,8 +143,7 @@ class XskConsumer:
 
     def consume(self, expected: int, done) -> _Run:
         run = _Run()
-        recv, unpack_from, now = self.xsk.recv, STAMP.unpack_from, time.monotonic_ns
-        keep = run.latency_ns.append
+        recv, take = self.xsk.recv, self._take
         got = 0
         while got < expected:
             batch = recv(MAX_BATCH, timeout=IDLE_S)
@@ -152,16 +151,22 @@ class XskConsumer:
                 if done():
                     break
                 continue
-            t = now()
             with batch:
-                for _type, payload in batch.frames():
-                    keep(t - unpack_from(payload)[0])
-            if not got:
-                run.started(len(batch))
-            got += len(batch)
-            run.reads += 1
+                got += take(run, batch)
         run.cpu_last = _cpu_s()
         return run
+
+    @staticmethod
+    def _take(run: _Run, batch) -> int:
+        """BATCH's latencies into RUN, the clock read once as the code holds
+        its frames; how many frames it had."""
+        t, keep, unpack_from = time.monotonic_ns(), run.latency_ns.append, STAMP.unpack_from
+        for _type, payload in batch.frames():
+            keep(t - unpack_from(payload)[0])
+        if not run.reads:
+            run.started(len(batch))
+        run.reads += 1
+        return len(batch)
 
     def describe(self) -> dict:
         return {**self.xsk.describe(), "notes": self.xsk.notes(),
@@ -182,20 +187,12 @@ class XskAsyncConsumer(XskConsumer):
 
     async def _consume(self, expected: int, done) -> _Run:
         run = _Run()
-        unpack_from, now = STAMP.unpack_from, time.monotonic_ns
-        keep = run.latency_ns.append
         got = 0
 
         async def read() -> None:
             nonlocal got
             async for batch in self.xsk.batches(MAX_BATCH):
-                t = now()
-                for _type, payload in batch.frames():
-                    keep(t - unpack_from(payload)[0])
-                if not got:
-                    run.started(len(batch))
-                got += len(batch)
-                run.reads += 1
+                got += self._take(run, batch)
                 if got >= expected:
                     return
 
