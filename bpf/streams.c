@@ -36,6 +36,7 @@
 	!defined(ZL_ST_IGNORE_AFTER)
 #error "the streams program's sizes are defined by the loader (docs/spec.md section 7.2)"
 #endif
+_Static_assert((ZL_ST_PIECE & (ZL_ST_PIECE - 1)) == 0, "ZL_ST_PIECE is a power of two (zl_at_most)");
 
 /* Also from the loader: where the fields read below are in this kernel's
  * structs, from its BTF (pyxdp.streams.btf). The headers bcc compiles
@@ -193,9 +194,7 @@ static __always_inline struct zl_st_event *zl_st_new(__u8 kind, __u32 tgid, __u6
  * the offsets tell userspace. */
 static __always_inline int zl_st_send(struct zl_st_event *ev, __u64 len)
 {
-	zl_opaque(len);
-	if (len > ZL_ST_PIECE)
-		len = ZL_ST_PIECE;
+	len = zl_at_most(len, ZL_ST_PIECE);
 	return zl_st_events.ringbuf_output(ev, ZL_ST_HEADER + len, BPF_RB_NO_WAKEUP);
 }
 
@@ -338,9 +337,7 @@ static __always_inline void zl_st_piece(struct zl_st_key *key, __u8 out, __u64 t
 		return;
 	ev->off = off;
 	ev->out = out;
-	zl_opaque(n);
-	if (n > ZL_ST_PIECE)
-		n = ZL_ST_PIECE;
+	n = zl_at_most(n, ZL_ST_PIECE);
 	if (bpf_probe_read_user(ev->data, n, buf))
 		n = 0; /* userspace sees the gap */
 	ev->len = n;

@@ -26,4 +26,12 @@ static __always_inline __u64 zl_bound16(__u64 v)
  * index clang has proved in range where the verifier has not. */
 #define zl_bound(v, mask) ({ __u64 __v = (v); asm volatile("%0 &= %1" : "+r"(__v) : "i"(mask)); __v; })
 
+/* V, at most MAX (a power of two), for a helper's size argument. 5.10 can
+ * reach the clamp on a path whose bounds contradict each other, which it
+ * does not prune, and loses V's sign there ("R2 min value is negative");
+ * an AND that changes nothing gives the sign back, a second clamp the
+ * bound. */
+#define zl_at_most(v, max) ({ __u64 __w = (v); zl_opaque(__w); if (__w > (max)) __w = (max); \
+	__w = zl_bound(__w, 2 * (max) - 1); if (__w > (max)) __w = (max); __w; })
+
 #endif
