@@ -34,11 +34,10 @@ def _process_of_thread(key: Any) -> int:
 class Leftovers:
     """exited(tgid) for each reported exit; clear_due() in the read loop."""
 
-    def __init__(self, bpf: Any, every_s: float = PASS_EVERY_S):
+    def __init__(self, bpf: Any):
         self._tables: list[tuple[Any, Callable[[Any], int]]] = [
             *((bpf[name], _process_of_struct) for name in _BY_PROCESS),
             *((bpf[name], _process_of_thread) for name in _BY_THREAD)]
-        self._every_s = every_s
         self._exited: set[int] = set()
         self._last_pass = 0.0
 
@@ -49,7 +48,7 @@ class Leftovers:
         """One pass over the maps, when a process has exited since the last
         and the last is PASS_EVERY_S old."""
         now = time.monotonic()
-        if not self._exited or now - self._last_pass < self._every_s:
+        if not self._exited or now - self._last_pass < PASS_EVERY_S:
             return
         self._last_pass = now
         gone, self._exited = self._exited, set()
