@@ -31,7 +31,8 @@ def latency():
 @pytest.mark.root
 def test_every_path_and_load_reports_and_counts_what_it_lost(latency):
     report, progress = latency
-    assert list(report) == ["machine", "quick", "latency", "latency_ratio", "latency_lost",
+    assert list(report) == ["machine", "quick", "latency", "latency_ratio",
+                            "latency_ratio_on_time", "latency_lost",
                             "latency_load", "latency_runs", "latency_notes", "targets",
                             "duration_s"]
     assert list(report["latency"]) == list(PATHS)
@@ -73,7 +74,10 @@ def test_each_run_is_a_path_and_a_load_with_its_sender_and_socket(latency):
         ("latency_lost", "target")]
     for name in RATIOS:
         assert list(report["latency_ratio"][name]) == LOADS
+        assert list(report["latency_ratio_on_time"][name]) == LOADS
     assert report["latency_notes"][0] == SCOPE_NOTE
+    late = [n for n in report["latency_notes"] if "the sender was late" in n]
+    assert [n.split(":")[0] for n in late] == LOADS
     assert report["latency_load"]["loads"]["1000x50"]["frames_per_s"] == 50_000
 
 

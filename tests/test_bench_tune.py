@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from pyxdp.bench import runner
-from pyxdp.bench.tune import arms
+from pyxdp.bench.tune import arms, measure
 from pyxdp.bench.tune.section import PATHS, QUICK
 from pyxdp.lab.veth_lab import Lab
 from pyxdp.tuning import profile
@@ -23,7 +23,8 @@ from support.cli_runner import run_cli
 
 PROFILES = profile.shipped()
 SYSCTLS, ATTRS = arms.touched(PROFILES)
-EFFECT_KEYS = ["p99_us_without", "p99_us_with", "p99_ratio", "lost", "applied", "skipped"]
+EFFECT_KEYS = ["p99_us_without", "p99_us_with", "p99_ratio", "p99_ratio_on_time", "p50_ratio",
+               "cpu_per_frame_ratio", "lost", "applied", "skipped"]
 # The labels the engine gives a profile's host-wide knobs, by kind.
 HOST_WIDE_LABELS = {"governor": "cpufreq scaling_governor", "cpuidle": "cpuidle states disabled",
                     "qdisc": "net.core.default_qdisc", "irq_affinity": "dut0 irq affinity"}
@@ -63,17 +64,22 @@ def tune():
 @pytest.mark.root
 def test_every_profile_reports_both_arms_on_both_paths(tune):
     report, progress, _, _ = tune
-    assert list(report) == ["machine", "quick", "tune_effect", "tune_load", "tune_lab_state",
+    assert list(report) == ["machine", "quick", "tune_effect", "tune_step_effect", "tune_load",
+                            "tune_lab_state",
                             "tune_runs", "tune_notes", "targets", "duration_s"]
     assert list(report["tune_effect"]) == PROFILES and set(PROFILES) >= {
         "latency", "throughput", "inf2"}
     for name, effect in report["tune_effect"].items():
         assert list(effect) == EFFECT_KEYS, name
-        for key in ("p99_us_without", "p99_us_with", "p99_ratio"):
+        for key in ("p99_us_without", "p99_us_with", "p99_ratio", "p50_ratio",
+                    "cpu_per_frame_ratio"):
             assert list(effect[key]) == list(PATHS), (name, key)
             for path in PATHS:
                 assert_figure(effect[key][path], QUICK.rounds)
                 assert effect[key][path]["median"] > 0, (name, key, path)
+        assert list(effect["p99_ratio_on_time"]) == list(PATHS)
+        for fig in effect["p99_ratio_on_time"].values():  # None: the sender was late
+            assert fig is None or (fig["rounds"] == QUICK.rounds and fig["median"] > 0)
         ratio = effect["p99_ratio"]["af_xdp"]["median"]
         assert ratio == pytest.approx(effect["p99_us_with"]["af_xdp"]["median"]
                                       / effect["p99_us_without"]["af_xdp"]["median"])
@@ -84,6 +90,7 @@ def test_every_profile_reports_both_arms_on_both_paths(tune):
     for run in runs:
         assert run["sent"] == QUICK.load.frames and 0 < run["received"] <= run["sent"]
     assert report["targets"] == [] and report["tune_load"]["host_wide"] is False
+    assert report["tune_step_effect"] is None and report["tune_load"]["steps"] is False
     assert "host-wide knobs left alone" in progress
 
 
@@ -112,7 +119,8 @@ def test_an_arm_that_fails_is_reverted_all_the_same(tmp_path):
     with Lab() as lab:
         before = arms.lab_state(lab, SYSCTLS, ATTRS)
         with pytest.raises(RuntimeError, match="the arm failed"):
-            with arms.applied("throughput", lab, str(tmp_path), host_wide=False) as effect:
+            with arms.applied(profile.load("throughput"), lab, str(tmp_path),
+                              host_wide=False) as effect:
                 assert "dut0/napi_defer_hard_irqs" in effect["applied"]
                 assert arms.lab_state(lab, SYSCTLS, ATTRS) != before
                 raise RuntimeError("the arm failed")
@@ -120,11 +128,45 @@ def test_an_arm_that_fails_is_reverted_all_the_same(tmp_path):
     assert os.listdir(tmp_path) == []  # nothing left to revert
 
 
-def test_tune_host_wide_goes_with_the_tune_section_and_sets_its_plan():
-    line = usage_error(run_cli("bench", "--section", "latency", "--tune-host-wide"))
-    assert "--tune-host-wide goes with --section tune" in line
-    assert runner.plan(True).sections["tune"].host_wide is False
-    assert runner.plan(True, tune_host_wide=True).sections["tune"].host_wide is True
+@pytest.mark.parametrize("option, field", [("tune_host_wide", "host_wide"),
+                                           ("tune_steps", "steps")])
+def test_the_tune_options_go_with_the_tune_section_and_set_its_plan(option, field):
+    flag = "--" + option.replace("_", "-")
+    line = usage_error(run_cli("bench", "--section", "latency", flag))
+    assert f"{flag} goes with --section tune" in line
+    assert getattr(runner.plan(True).sections["tune"], field) is False
+    assert getattr(runner.plan(True, **{option: True}).sections["tune"], field) is True
+
+
+@pytest.mark.root
+def test_each_step_that_changes_the_lab_is_measured_once_and_the_rest_say_why(tmp_path):
+    """--tune-steps: the steps are found by applying each one to the lab
+    (and reverting it); one that two profiles share knob for knob is one
+    unit, advice is not run, and the lab reads back as before."""
+    profiles = [profile.load(name) for name in PROFILES]
+    steps: dict = {"measured": {}, "not_run": []}
+    with Lab() as lab:
+        before = arms.lab_state(lab, SYSCTLS, ATTRS)
+        units = measure._steps_that_change(profiles, lab, str(tmp_path), False, steps)
+        assert arms.lab_state(lab, SYSCTLS, ATTRS) == before
+    assert os.listdir(tmp_path) == []
+    names = [unit.name for unit in units]
+    assert names == list(steps["measured"]) and len(set(names)) == len(names)
+    assert all(len(unit.steps) == 1 for unit in units)
+    # throughput's interrupt deferral acts on dut0 itself; tcp_fastopen is a
+    # namespace's, and latency and inf2 share the step that sets it.
+    assert "throughput/irq-deferral" in names
+    assert steps["measured"]["latency/tcp-fastopen"] == ["inf2", "latency"]
+    assert not [n for n in names if n.startswith("inf2/tcp-fastopen")]
+    shared = {p: [s.id for s in profile.load(p).steps] for p in PROFILES}
+    for entry in steps["not_run"]:
+        name, step_id = entry["step"].split("/")
+        assert step_id in shared[name] and entry["why"] in (
+            "advice only: it sets nothing", "changes nothing here")
+    # Host-wide steps change nothing without --tune-host-wide.
+    busy = next(e for e in steps["not_run"] if e["step"].endswith("/busy-poll"))
+    assert busy["why"] == "changes nothing here"
+    assert {s["why"] for s in busy["skipped"]} == {arms.HOST_WIDE}
 
 
 def test_an_arm_reports_each_knob_once_from_the_pass_that_owns_it():

@@ -62,12 +62,16 @@ def _check_writable(path: str) -> None:
               help="tune: also apply the profiles' host-wide knobs (host-wide sysctls, CPU "
                    "governor and idle states, IRQ affinity), on the host, for each arm, "
                    "reverted after it (default: left alone and listed as not applied).")
+@click.option("--tune-steps", is_flag=True,
+              help="tune: also measure each step of each profile alone, so a profile's "
+                   "effect is laid to its knobs (a step that changes nothing here is listed, "
+                   "not run).")
 @click.option("--pair", metavar="DUT,PEER", default=None, callback=_pair,
               help="Run the lab's sections (" + ", ".join(ON_LAB) + ") on these two "
                    "interfaces, which reach each other (two NICs on one wire), moved into the "
                    "lab's namespaces while it runs, in place of a veth pair.")
 def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, tx_datagrams,
-          relay_streams, relay_frames, tune_host_wide, pair):
+          relay_streams, relay_frames, tune_host_wide, tune_steps, pair):
     """Measure zerolayer against its floors, side by side: on a veth lab it
     builds itself (sections parser, xdp, delivery, tx; or on --pair), on a
     routed lab of three namespaces (forward) and on loopback (relay)."""
@@ -77,7 +81,8 @@ def bench(sections, as_json, plot_path, quick, rounds, delivery_frames, tx_datag
                                " name them with --section")
     options = {"delivery_frames": delivery_frames, "tx_datagrams": tx_datagrams,
                "relay_streams": relay_streams, "relay_frames": relay_frames,
-               "tune_host_wide": tune_host_wide or None}  # a flag: None when not given
+               # A flag is None when not given.
+               "tune_host_wide": tune_host_wide or None, "tune_steps": tune_steps or None}
     for name, section in SECTIONS.items():
         for option in section.options:
             if options[option] not in (None, ()) and name not in sections:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pyxdp.bench import c_build
 from pyxdp.bench.drawing import C_CEILING, FLOOR, ZEROLAYER, bar, verdicts
 from pyxdp.bench.figures import figure, figure_of
-from pyxdp.bench.latency import PATHS
+from pyxdp.bench.latency import PATHS, on_time
 from pyxdp.bench.latency.sender import SOURCE
 from pyxdp.bench.section import Progress, Rig, Section, Target, judged
 from pyxdp.human import number, table
@@ -100,8 +100,23 @@ def _ratios(measured: dict, load: str) -> dict[str, dict]:
     return out
 
 
+def _ratios_on_time(measured: dict, load: str) -> dict[str, dict | None]:
+    every = [r for r in measured["runs"] if r["load"] == load]
+    bound = on_time.bound_us(every)
+    return {name: on_time.ratio(_runs(measured, over, load), _runs(measured, under, load), bound)
+            for name, (over, under) in RATIOS.items()}
+
+
 def _notes(plan: Plan, measured: dict) -> list[str]:
     notes = [SCOPE_NOTE]
+    for load in plan.loads:
+        every = [r for r in measured["runs"] if r["load"] == load.name]
+        if every:
+            bound = on_time.bound_us(every)
+            late = sum(r["sender"]["late_p99_us"] > bound for r in every)
+            notes.append(f"{load.name}: the sender was late (p99 lateness above {bound:,.1f} us, "
+                         f"{on_time.LATE_FACTOR:g}x the median) in {late} of {len(every)} runs; "
+                         "latency_ratio_on_time leaves their rounds out")
     for load in plan.loads:
         slower = load.frames - math.ceil(0.999 * load.frames - 1e-9)  # stats.percentiles' rank
         notes.append(f"{load.name}: p99.9 is read from {number(load.frames)} frames a round: "
@@ -141,12 +156,15 @@ def _report(plan: Plan, measured: dict) -> dict:
                 "cpu_per_frame_us": figure(cpu) if cpu else None}
     lost = [sum(r["lost"] for r in measured["runs"] if r["round"] == i)
             for i in range(plan.rounds)]
+    on_time_by_load = {ld.name: _ratios_on_time(measured, ld.name) for ld in plan.loads}
 
     return {
         "latency": latency,
         "latency_ratio": {name: by for name in RATIOS
                           if (by := {ld.name: fig for ld in plan.loads
                                      if (fig := _ratios(measured, ld.name).get(name))})},
+        "latency_ratio_on_time": {name: {ld: by[name] for ld, by in on_time_by_load.items()}
+                                  for name in RATIOS},
         "latency_lost": figure(lost),
         "latency_load": {
             "loads": {ld.name: {"streams": ld.streams, "frames_per_s_per_stream": ld.rate,
@@ -175,9 +193,13 @@ def _render(r: dict) -> str:
                          number(f["received"])])
         for ratio, (over, under) in RATIOS.items():
             fig = r["latency_ratio"].get(ratio, {}).get(name)
+            quiet = r["latency_ratio_on_time"][ratio][name]
             if fig is not None:
                 rows.append([name, f"{over} / {under}", "", f"{fig['median']:.2f}x", "", "", "",
                              "", ""])
+            if quiet is not None:
+                rows.append([name, f"  sender on time ({quiet['rounds']})", "",
+                             f"{quiet['median']:.2f}x", "", "", "", "", ""])
     out = [f"One-way latency at token cadence, us, sender's stamp to the consumer's read "
            f"({load['rounds']} round{'s' if load['rounds'] > 1 else ''}; {load['datagram']})",
            table(["LOAD", "PATH", "P50", "P99", "P99.9", "MAX", "CPU/FRAME", "SENT", "RECEIVED"],

@@ -60,14 +60,13 @@ def effect_of(reports: list, host_wide: bool) -> dict:
 
 
 @contextlib.contextmanager
-def applied(name: str, lab, state_dir: str, host_wide: bool) -> Iterator[dict]:
-    """Profile NAME applied to LAB while the block runs: yields what it
-    applied and skipped. On exit every pass is reverted, the last first; a
-    knob that cannot be put back fails the bench, naming the state file
-    that still holds its original value."""
-    from pyxdp.tuning import engine, profile
+def applied(chosen, lab, state_dir: str, host_wide: bool) -> Iterator[dict]:
+    """CHOSEN (a pyxdp.tuning.profile.Profile) applied to LAB while the
+    block runs: yields what it applied and skipped. On exit every pass is
+    reverted, the last first; a knob that cannot be put back fails the
+    bench, naming the state file that still holds its original value."""
+    from pyxdp.tuning import engine
 
-    chosen = profile.load(name)
     passes = _passes(lab, host_wide)
     reports = []
     try:
@@ -86,7 +85,7 @@ def applied(name: str, lab, state_dir: str, host_wide: bool) -> Iterator[dict]:
             if undo.error:
                 failed.append(undo.error)
         if failed:
-            raise ZerolayerError(f"reverting profile {name} after its arm failed: "
+            raise ZerolayerError(f"reverting profile {chosen.name} after its arm failed: "
                                  + "; ".join(failed))
 
 

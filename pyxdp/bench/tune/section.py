@@ -8,7 +8,9 @@ Each round has, per profile, an arm without it and an arm with it, ABBA
 over rounds; the profile is applied to the lab for its arm and reverted
 after it (pyxdp/bench/tune/arms.py says what is applied where: host-wide
 knobs only with --tune-host-wide). A profile's p99 ratio is taken within a
-round, with over without, then its median. The section measures and sets
+round, with over without, then its median. With --tune-steps each step of
+each profile is measured alone too (tune_step_effect), so a profile's
+effect can be laid to its knobs. The section measures and sets
 no target: whether a profile helps here is what it reports. The lab's
 settings the profiles touch must read back after the section as before it,
 or the command fails.
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pyxdp.bench import c_build
 from pyxdp.bench.drawing import FLOOR, ZEROLAYER, bar
 from pyxdp.bench.figures import figure
+from pyxdp.bench.latency import on_time
 from pyxdp.bench.latency import section as latency
 from pyxdp.bench.latency.sender import SOURCE
 from pyxdp.bench.section import Progress, Rig, Section
@@ -33,6 +36,7 @@ class Plan:
     load: latency.Load
     paths: tuple[str, ...] = PATHS
     host_wide: bool = False  # --tune-host-wide: apply the profiles' host-wide knobs too
+    steps: bool = False  # --tune-steps: measure each step of each profile alone too
 
 
 _LOAD = next(ld for ld in latency.FULL.loads if ld.name == "1000x50")
@@ -50,7 +54,8 @@ def _measure(plan: Plan, rig: Rig | None, progress: Progress) -> dict:
     progress(f"tune: {plan.rounds} round{'s' if plan.rounds > 1 else ''} of each shipped "
              f"profile, without and with it, {plan.load.name} for {plan.load.seconds:g} s on "
              f"{', '.join(plan.paths)}; host-wide knobs "
-             + ("applied" if plan.host_wide else "left alone"))
+             + ("applied" if plan.host_wide else "left alone")
+             + ("; then each step that changes something, alone" if plan.steps else ""))
     return measure.measure(rig.lab, plan, progress)
 
 
@@ -59,15 +64,25 @@ def _runs(measured: dict, name: str, arm: str, path: str) -> list[dict]:
             if (r["profile"], r["arm"], r["path"]) == (name, arm, path)]
 
 
+def _within(without: list[dict], with_: list[dict], key: str) -> dict | None:
+    """KEY of each round's run with the profile over its run without it."""
+    base = {r["round"]: r[key] for r in without}
+    ratios = [r[key] / base[r["round"]] for r in with_ if base.get(r["round"])]
+    return figure(ratios) if ratios else None
+
+
 def _effect(plan: Plan, measured: dict, name: str) -> dict:
-    out: dict = {"p99_us_without": {}, "p99_us_with": {}, "p99_ratio": {}}
+    out: dict = {key: {} for key in ("p99_us_without", "p99_us_with", "p99_ratio",
+                                     "p99_ratio_on_time", "p50_ratio", "cpu_per_frame_ratio")}
+    bound = on_time.bound_us(measured["runs"])
     for path in plan.paths:
         without, with_ = (_runs(measured, name, arm, path) for arm in ("without", "with"))
         out["p99_us_without"][path] = figure(r["p99_us"] for r in without)
         out["p99_us_with"][path] = figure(r["p99_us"] for r in with_)
-        base = {r["round"]: r["p99_us"] for r in without}
-        ratios = [r["p99_us"] / base[r["round"]] for r in with_ if base.get(r["round"])]
-        out["p99_ratio"][path] = figure(ratios) if ratios else None
+        out["p99_ratio"][path] = _within(without, with_, "p99_us")
+        out["p99_ratio_on_time"][path] = on_time.ratio(with_, without, bound)
+        out["p50_ratio"][path] = _within(without, with_, "p50_us")
+        out["cpu_per_frame_ratio"][path] = _within(without, with_, "cpu_per_frame_us")
     out["lost"] = {arm: sum(r["lost"] for r in measured["runs"]
                             if r["profile"] == name and r["arm"] == arm)
                    for arm in ("without", "with")}
@@ -79,7 +94,13 @@ def _notes(plan: Plan, measured: dict) -> list[str]:
     if not plan.host_wide:
         notes.append("host-wide knobs were not applied: each is listed under its profile's "
                      "`skipped`; `--tune-host-wide` applies them, on the host, for each arm")
-    for r in measured["runs"]:
+    runs = measured["runs"]
+    bound = on_time.bound_us(runs)
+    late = sum(r["sender"]["late_p99_us"] > bound for r in runs)
+    notes.append(f"the sender was late (p99 lateness above {bound:,.1f} us, "
+                 f"{on_time.LATE_FACTOR:g}x the median) in {late} of {len(runs)} runs; "
+                 "p99_ratio_on_time leaves their rounds out")
+    for r in runs:
         if r["lost"]:
             notes.append(f"round {r['round'] + 1}, {r['profile']} {r['arm']} it, {r['path']}: "
                          f"{r['lost']:,} of {r['sent']:,} frames lost")
@@ -90,11 +111,19 @@ def _notes(plan: Plan, measured: dict) -> list[str]:
     return notes
 
 
+def _step_effects(plan: Plan, measured: dict) -> dict:
+    steps = measured["steps"]
+    return {"measured": {name: {**_effect(plan, measured, name), "profiles": profiles}
+                         for name, profiles in steps["measured"].items()},
+            "not_run": steps["not_run"]}
+
+
 def _report(plan: Plan, measured: dict) -> dict:
     ld = plan.load
     state = measured["lab_state"]
     return {
         "tune_effect": {name: _effect(plan, measured, name) for name in measured["profiles"]},
+        "tune_step_effect": _step_effects(plan, measured) if plan.steps else None,
         "tune_load": {
             "load": {"name": ld.name, "streams": ld.streams, "frames_per_s_per_stream": ld.rate,
                      "frames_per_s": ld.streams * ld.rate, "seconds": ld.seconds,
@@ -102,7 +131,7 @@ def _report(plan: Plan, measured: dict) -> dict:
             "rounds": plan.rounds, "paths": list(plan.paths),
             "order": "per profile, without then with in rounds 1, 3, ..., with then "
                      "without in rounds 2, 4, ... (ABBA)",
-            "host_wide": plan.host_wide, "datagram": latency.DATAGRAM,
+            "host_wide": plan.host_wide, "steps": plan.steps, "datagram": latency.DATAGRAM,
             "sender": {"source": SOURCE.name, "command": c_build.command(SOURCE),
                        "compiler": measured["compiler"]},
             "cpus": measured["cpus"]},
@@ -112,27 +141,45 @@ def _report(plan: Plan, measured: dict) -> dict:
     }
 
 
-def _render(r: dict) -> str:
-    load = r["tune_load"]
+def _rows(effects: dict, paths: list[str]) -> list[list[str]]:
     rows = []
-    for name, effect in r["tune_effect"].items():
-        for path in load["paths"]:
-            ratio = effect["p99_ratio"][path]
+    for name, effect in effects.items():
+        for path in paths:
+            ratio, quiet = effect["p99_ratio"][path], effect["p99_ratio_on_time"][path]
+            p50, cpu = effect["p50_ratio"][path], effect["cpu_per_frame_ratio"][path]
             rows.append([name, path, f"{effect['p99_us_without'][path]['median']:,.1f}",
                          f"{effect['p99_us_with'][path]['median']:,.1f}",
                          f"{ratio['median']:.2f}x" if ratio else "",
-                         f"{ratio['min']:.2f}-{ratio['max']:.2f}" if ratio else ""])
+                         f"{ratio['min']:.2f}-{ratio['max']:.2f}" if ratio else "",
+                         f"{quiet['median']:.2f}x ({quiet['rounds']})" if quiet else "",
+                         f"{p50['median']:.2f}x" if p50 else "",
+                         f"{cpu['median']:.2f}x" if cpu else ""])
+    return rows
+
+
+def _render(r: dict) -> str:
+    load = r["tune_load"]
+    header = ["PATH", "P99 WITHOUT", "P99 WITH", "RATIO", "MIN-MAX", "SENDER ON TIME",
+              "P50 RATIO", "CPU RATIO"]
     ld = load["load"]
     out = [f"Tuning profiles' effect on p99 latency, us, {ld['name']} ({ld['streams']:,} streams "
            f"x {ld['frames_per_s_per_stream']} frames/s, {ld['seconds']:g} s an arm; "
            f"{load['rounds']} round{'s' if load['rounds'] > 1 else ''}, ABBA)",
-           table(["PROFILE", "PATH", "P99 WITHOUT", "P99 WITH", "RATIO", "MIN-MAX"], rows)]
+           table(["PROFILE", *header], _rows(r["tune_effect"], load["paths"]))]
+    steps = r["tune_step_effect"]
+    if steps is not None:
+        out += ["Each step alone, the same way",
+                table(["STEP", *header], _rows(steps["measured"], load["paths"]))]
+        out += [f"   {s['step']}: not run, {s['why']}" for s in steps["not_run"]]
     for name, effect in r["tune_effect"].items():
         host = [s["knob"] for s in effect["skipped"] if s["why"].startswith("not applied: host")]
         out.append(f"   {name}: applied {', '.join(effect['applied']) or 'nothing'}"
                    + (f"; not applied, host-wide: {', '.join(host)}" if host else "")
                    + f"; {len(effect['skipped']) - len(host)} other row(s) skipped (--json says why)")
-    out.append("   RATIO: p99 with the profile over without it, within a round, median of rounds")
+    out.append("   RATIO: p99 with the profile over without it, within a round, median of rounds;"
+               " SENDER ON TIME: the same over the rounds (how many) where the sender kept its"
+               " schedule in both arms (pyxdp/bench/latency/on_time.py); P50 RATIO and"
+               " CPU RATIO (the consumer's CPU a frame): the same within-round ratios")
     out.append("   lab settings after the section: "
                + ("as before it" if r["tune_lab_state"]["same"] else "CHANGED"))
     out += [f"   note: {n}" for n in r["tune_notes"]]
@@ -168,4 +215,4 @@ def _errors(report: dict) -> list[str]:
 SECTION = Section(
     name="tune", full=FULL, quick=QUICK, measure=_measure, report=_report, render=_render,
     panel=_panel, targets=lambda report: [], errors=_errors, default=False, on_lab=True,
-    options={"tune_host_wide": "host_wide"})
+    options={"tune_host_wide": "host_wide", "tune_steps": "steps"})
