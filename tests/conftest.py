@@ -5,4 +5,5 @@ shared through pytest_plugins rather than imported by name."""
 pytest_plugins = [
     "support.root_marker", "support.capabilities", "support.lab_fixtures",
     "support.tuning_fixtures", "support.core_fixtures", "support.listen_runner",
+    "support.signals",
 ]
