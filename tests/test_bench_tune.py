@@ -144,10 +144,9 @@ def test_each_step_that_changes_the_lab_is_measured_once_and_the_rest_say_why(tm
     (and reverting it); one that two profiles share knob for knob is one
     unit, advice is not run, and the lab reads back as before."""
     profiles = [profile.load(name) for name in PROFILES]
-    steps: dict = {"measured": {}, "not_run": []}
     with Lab() as lab:
         before = arms.lab_state(lab, SYSCTLS, ATTRS)
-        units = measure._steps_that_change(profiles, lab, str(tmp_path), False, steps)
+        units, steps = measure._steps_that_change(profiles, lab, str(tmp_path), False)
         assert arms.lab_state(lab, SYSCTLS, ATTRS) == before
     assert os.listdir(tmp_path) == []
     names = [unit.name for unit in units]

@@ -89,22 +89,17 @@ def _runs(measured: dict, path: str, load: str) -> list[dict]:
     return [r for r in measured["runs"] if r["path"] == path and r["load"] == load]
 
 
-def _ratios(measured: dict, load: str) -> dict[str, dict]:
-    out = {}
-    for name, (over, under) in RATIOS.items():
-        by_round = {r["round"]: r["p99_us"] for r in _runs(measured, under, load)}
-        values = [r["p99_us"] / by_round[r["round"]] for r in _runs(measured, over, load)
-                  if by_round.get(r["round"])]
-        if values:
-            out[name] = figure(values)
-    return out
+def _ratios(measured: dict, load: str, bound: float | None = None) -> dict[str, dict | None]:
+    """Each of RATIOS at LOAD within rounds; with BOUND, over the rounds
+    whose senders were on time (pyxdp/bench/latency/on_time.py)."""
+    return {name: on_time.ratio(_runs(measured, over, load), _runs(measured, under, load),
+                                bound=bound)
+            for name, (over, under) in RATIOS.items()}
 
 
 def _ratios_on_time(measured: dict, load: str) -> dict[str, dict | None]:
     every = [r for r in measured["runs"] if r["load"] == load]
-    bound = on_time.bound_us(every)
-    return {name: on_time.ratio(_runs(measured, over, load), _runs(measured, under, load), bound)
-            for name, (over, under) in RATIOS.items()}
+    return _ratios(measured, load, on_time.bound_us(every))
 
 
 def _notes(plan: Plan, measured: dict) -> list[str]:
@@ -112,11 +107,7 @@ def _notes(plan: Plan, measured: dict) -> list[str]:
     for load in plan.loads:
         every = [r for r in measured["runs"] if r["load"] == load.name]
         if every:
-            bound = on_time.bound_us(every)
-            late = sum(r["sender"]["late_p99_us"] > bound for r in every)
-            notes.append(f"{load.name}: the sender was late (p99 lateness above {bound:,.1f} us, "
-                         f"{on_time.LATE_FACTOR:g}x the median) in {late} of {len(every)} runs; "
-                         "latency_ratio_on_time leaves their rounds out")
+            notes.append(f"{load.name}: {on_time.late_note(every, 'latency_ratio_on_time')}")
     for load in plan.loads:
         slower = load.frames - math.ceil(0.999 * load.frames - 1e-9)  # stats.percentiles' rank
         notes.append(f"{load.name}: p99.9 is read from {number(load.frames)} frames a round: "
@@ -162,7 +153,7 @@ def _report(plan: Plan, measured: dict) -> dict:
         "latency": latency,
         "latency_ratio": {name: by for name in RATIOS
                           if (by := {ld.name: fig for ld in plan.loads
-                                     if (fig := _ratios(measured, ld.name).get(name))})},
+                                     if (fig := _ratios(measured, ld.name)[name])})},
         "latency_ratio_on_time": {name: {ld: by[name] for ld, by in on_time_by_load.items()}
                                   for name in RATIOS},
         "latency_lost": figure(lost),

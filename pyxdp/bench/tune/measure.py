@@ -45,12 +45,13 @@ def measure(lab, plan, progress: Callable[[str], None]) -> dict:
     before = arms.lab_state(lab, sysctls, attrs)
     runs: list[dict] = []
     effects: dict[str, dict] = {}
-    steps: dict = {"measured": {}, "not_run": []}
+    steps: dict = {"measured": {}, "not_run": []}  # what --tune-steps found
     state_dir = tempfile.mkdtemp(prefix="zerolayer-bench-tune-")
     try:
         units = [profile.load(name) for name in names]
         if plan.steps:
-            units += _steps_that_change(units, lab, state_dir, plan.host_wide, steps)
+            alone, steps = _steps_that_change(units, lab, state_dir, plan.host_wide)
+            units += alone
         with latency.session(lab) as session:
             for r in range(plan.rounds):
                 paths = plan.paths if r % 2 == 0 else plan.paths[::-1]
@@ -82,13 +83,13 @@ def _arm(session, load, paths, r: int, name: str, arm: str) -> list[dict]:
             for path in paths]
 
 
-def _steps_that_change(profiles: list[Profile], lab, state_dir: str, host_wide: bool,
-                       steps: dict) -> list[Profile]:
+def _steps_that_change(profiles: list[Profile], lab, state_dir: str,
+                       host_wide: bool) -> tuple[list[Profile], dict]:
     """Each distinct step of PROFILES that sets something here, as a profile
     of its own, named after the smallest profile that has it (the one an
-    including profile took it from); STEPS gets each one's profiles
-    ("measured": name -> the profiles that have it) and what was not run,
-    and why ("not_run")."""
+    including profile took it from); and what was found: "measured" (name
+    -> the profiles that have it) and "not_run" (each step left out, and why)."""
+    steps: dict = {"measured": {}, "not_run": []}
     distinct: list[tuple[Step, list[Profile]]] = []
     for prof in profiles:
         for step in prof.steps:
@@ -115,4 +116,4 @@ def _steps_that_change(profiles: list[Profile], lab, state_dir: str, host_wide: 
             continue
         steps["measured"][unit.name] = names
         out.append(unit)
-    return out
+    return out, steps

@@ -64,13 +64,6 @@ def _runs(measured: dict, name: str, arm: str, path: str) -> list[dict]:
             if (r["profile"], r["arm"], r["path"]) == (name, arm, path)]
 
 
-def _within(without: list[dict], with_: list[dict], key: str) -> dict | None:
-    """KEY of each round's run with the profile over its run without it."""
-    base = {r["round"]: r[key] for r in without}
-    ratios = [r[key] / base[r["round"]] for r in with_ if base.get(r["round"])]
-    return figure(ratios) if ratios else None
-
-
 def _effect(plan: Plan, measured: dict, name: str) -> dict:
     out: dict = {key: {} for key in ("p99_us_without", "p99_us_with", "p99_ratio",
                                      "p99_ratio_on_time", "p50_ratio", "cpu_per_frame_ratio")}
@@ -79,10 +72,10 @@ def _effect(plan: Plan, measured: dict, name: str) -> dict:
         without, with_ = (_runs(measured, name, arm, path) for arm in ("without", "with"))
         out["p99_us_without"][path] = figure(r["p99_us"] for r in without)
         out["p99_us_with"][path] = figure(r["p99_us"] for r in with_)
-        out["p99_ratio"][path] = _within(without, with_, "p99_us")
-        out["p99_ratio_on_time"][path] = on_time.ratio(with_, without, bound)
-        out["p50_ratio"][path] = _within(without, with_, "p50_us")
-        out["cpu_per_frame_ratio"][path] = _within(without, with_, "cpu_per_frame_us")
+        out["p99_ratio"][path] = on_time.ratio(with_, without)
+        out["p99_ratio_on_time"][path] = on_time.ratio(with_, without, bound=bound)
+        out["p50_ratio"][path] = on_time.ratio(with_, without, "p50_us")
+        out["cpu_per_frame_ratio"][path] = on_time.ratio(with_, without, "cpu_per_frame_us")
     out["lost"] = {arm: sum(r["lost"] for r in measured["runs"]
                             if r["profile"] == name and r["arm"] == arm)
                    for arm in ("without", "with")}
@@ -95,11 +88,7 @@ def _notes(plan: Plan, measured: dict) -> list[str]:
         notes.append("host-wide knobs were not applied: each is listed under its profile's "
                      "`skipped`; `--tune-host-wide` applies them, on the host, for each arm")
     runs = measured["runs"]
-    bound = on_time.bound_us(runs)
-    late = sum(r["sender"]["late_p99_us"] > bound for r in runs)
-    notes.append(f"the sender was late (p99 lateness above {bound:,.1f} us, "
-                 f"{on_time.LATE_FACTOR:g}x the median) in {late} of {len(runs)} runs; "
-                 "p99_ratio_on_time leaves their rounds out")
+    notes.append(on_time.late_note(runs, "p99_ratio_on_time"))
     for r in runs:
         if r["lost"]:
             notes.append(f"round {r['round'] + 1}, {r['profile']} {r['arm']} it, {r['path']}: "
