@@ -3,11 +3,9 @@
  * and hand valid ones to the AF_XDP socket of their rx queue, or, with
  * forwarding on, route those for another host out of another interface.
  * Verdicts and counters are those of docs/spec.md sections 2 and 3. */
-// clang-format off: bcc makes these tokens the license string the kernel gets
-#define BPF_LICENSE Dual BSD/GPL
-// clang-format on
-#include <uapi/linux/bpf.h>
-
+/* Built by clang into a BPF object (pyxdp/xdp/objects.py), not by bcc:
+ * libxdp's dispatcher needs the object's BTF. */
+#include "zl_object.h"
 #include "zl_consts.h"
 #include "zl_structs.h"
 #include "zl_maps.h"
@@ -17,9 +15,27 @@
 #include "zl_flows.h"
 #include "zl_forward.h"
 
-#ifndef ZL_XDP_PROGRAM
-#error "ZL_XDP_PROGRAM is defined by the loader (docs/spec.md section 7.2)"
+#if !defined(ZL_XDP_PROGRAM) || !defined(ZL_XDP_PRIORITY)
+#error "ZL_XDP_PROGRAM and ZL_XDP_PRIORITY are defined by the loader (docs/spec.md section 7.2)"
 #endif
+
+char _license[] SEC("license") = "Dual BSD/GPL";
+
+#ifndef ZL_CONFIG_GENERATION_SHIFT
+#error "ZL_CONFIG_GENERATION_SHIFT is defined by the loader (docs/spec.md section 7.2)"
+#endif
+
+/* This program's generation, set by the loader before it loads (a frozen
+ * constant to the verifier). An upgrade inside libxdp's dispatcher runs the
+ * new program beside the old one for a moment: only the one whose
+ * generation the config names acts, the other passes every packet on,
+ * uncounted, so each is judged and counted once (docs/spec.md section 6.4). */
+const volatile __u32 zl_generation = 0;
+
+/* In libxdp's dispatcher: its default place, and the next program runs
+ * after every datagram this one passes (not a token datagram, or passed
+ * by policy). The loader may set another priority (--priority). */
+ZL_XDP_RUN_CONFIG(ZL_XDP_PROGRAM, ZL_XDP_PRIORITY);
 
 static __always_inline int zl_malformed(struct xdp_md *ctx, struct zl_counters *c,
 					__u32 reason)
@@ -29,7 +45,7 @@ static __always_inline int zl_malformed(struct xdp_md *ctx, struct zl_counters *
 
 	if (reason >= ZL_SHORT_HEADER && reason <= ZL_REASONS)
 		c->malformed[reason - 1]++;
-	cfg = zl_config.lookup(&zero);
+	cfg = bpf_map_lookup_elem(&zl_config, &zero);
 	if (cfg && cfg->on_malformed == ZL_MALFORMED_PASS &&
 	    !((cfg->flags & ZL_CONFIG_FORWARD) && zl_routed_on(ctx))) {
 		c->malformed_passed++;
@@ -61,35 +77,34 @@ static __always_inline void zl_track_flow(struct xdp_md *ctx, const struct zl_wa
 	    zl_flow_key(data, data_end, &udp, &key))
 		return;
 	now = bpf_ktime_get_ns();
-	f = zl_flows.lookup(&key);
+	f = bpf_map_lookup_elem(&zl_flows, &key);
 	if (!f) {
 		struct zl_flow fresh = {};
 
 		fresh.first_ns = now;
 		/* NOEXIST: if another CPU added it meanwhile, keep theirs. */
-		zl_flows.insert(&key, &fresh);
-		f = zl_flows.lookup(&key);
+		bpf_map_update_elem(&zl_flows, &key, &fresh, BPF_NOEXIST);
+		f = bpf_map_lookup_elem(&zl_flows, &key);
 		if (!f)
 			return;
 	}
-	zl_flow_update(f, zl_gaps.lookup(&zero), &w, now);
+	zl_flow_update(f, bpf_map_lookup_elem(&zl_gaps, &zero), &w, now);
 }
 
 /* Whether datagrams to PORT carry frames, in the half of zl_ports the
- * config names (zl_maps.h). Here, not in the header: bcc rewrites map
- * calls in the main file only. */
+ * config names (zl_maps.h). */
 static __always_inline int zl_is_token_port(__u32 port)
 {
 	__u32 zero = 0, slot = port;
 	struct zl_config *cfg;
 	__u8 *in_set;
 
-	cfg = zl_config.lookup(&zero);
+	cfg = bpf_map_lookup_elem(&zl_config, &zero);
 	if (!cfg)
 		return 0;
 	if (cfg->flags & ZL_CONFIG_PORTS_HALF)
 		slot += ZL_PORT_SLOTS;
-	in_set = zl_ports.lookup(&slot);
+	in_set = bpf_map_lookup_elem(&zl_ports, &slot);
 	return in_set && *in_set;
 }
 
@@ -125,6 +140,7 @@ static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w, __
 /* Named by the loader: zerolayer_xdp for the full parser, another name for
  * the direct one, so the kernel's name of the program says which runs
  * (pyxdp.xdp.parsers). */
+SEC("xdp")
 int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 {
 	struct zl_counters *c;
@@ -133,10 +149,13 @@ int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 	__u32 zero = 0, check = 0;
 	int kind, queue, action, reason;
 
+	cfg = bpf_map_lookup_elem(&zl_config, &zero);
+	if (!cfg || cfg->flags >> ZL_CONFIG_GENERATION_SHIFT != zl_generation)
+		return XDP_PASS;
 	kind = zl_classify(ctx, &walk, &check);
 	/* Looked up only now: held across the walk, the pointer took a
 	 * register the walk needs, and the walk's state went to the stack. */
-	c = zl_counters.lookup(&zero);
+	c = bpf_map_lookup_elem(&zl_counters, &zero);
 	if (!c)
 		return XDP_PASS;
 	c->packets++;
@@ -160,7 +179,7 @@ int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 	zl_add_frames(c->frames, walk.type_counts);
 	c->payload_bytes += walk.payload_bytes;
 
-	cfg = zl_config.lookup(&zero);
+	cfg = bpf_map_lookup_elem(&zl_config, &zero);
 	if (cfg && (cfg->flags & ZL_CONFIG_FLOWS))
 		zl_track_flow(ctx, &walk);
 	if (cfg && (cfg->flags & ZL_CONFIG_FORWARD)) {
@@ -178,11 +197,11 @@ int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 	 * calling the redirect helper, whose flags argument is the action
 	 * when the queue has no socket. */
 	queue = ctx->rx_queue_index;
-	if (!zl_xsks.lookup(&queue)) {
+	if (!bpf_map_lookup_elem(&zl_xsks, &queue)) {
 		c->fallback_passed++;
 		return XDP_PASS;
 	}
-	action = zl_xsks.redirect_map(queue, XDP_PASS);
+	action = bpf_redirect_map(&zl_xsks, queue, XDP_PASS);
 	if (action == XDP_REDIRECT)
 		c->redirected++;
 	else

@@ -6,11 +6,8 @@
  * through the egress devmap. What the FIB cannot resolve is left to the
  * normal verdict and counted by reason.
  *
- * From the loader (pyxdp/xdp/egress.py, docs/spec.md section 7.2):
- *   ZL_EGRESS_FD     the devmap of interfaces datagrams may leave by, a
- *                    DEVMAP_HASH keyed by ifindex, made and pinned by Python
- *                    (bcc 0.26 can declare neither a devmap hash nor a
- *                    pinned devmap)
+ * The interfaces datagrams may leave by are zl_egress (zl_maps.h), which
+ * pyxdp/xdp/egress.py fills. From the loader (docs/spec.md section 7.2):
  *   ZL_FWD_NO_NEIGHBOUR, ZL_FWD_LOCAL, ZL_FWD_TTL, ZL_FWD_TOO_BIG,
  *   ZL_FWD_NOT_FORWARDABLE, ZL_FWD_REASONS
  *                    why a token datagram was not forwarded, numbered from 1
@@ -28,16 +25,13 @@
 #include "zl_endian.h"
 #include "zl_parse.h"
 #include "zl_csum.h"
+#include "zl_maps.h"
 
-#ifndef ZL_EGRESS_FD
-#error "ZL_EGRESS_FD is defined by the loader (pyxdp/xdp/egress.py)"
-#endif
 #if !defined(ZL_FWD_NO_NEIGHBOUR) || !defined(ZL_FWD_LOCAL) || !defined(ZL_FWD_TTL) || \
 	!defined(ZL_FWD_TOO_BIG) || !defined(ZL_FWD_NOT_FORWARDABLE) || !defined(ZL_FWD_REASONS)
 #error "the forwarding reasons are defined by the loader (docs/spec.md section 7.2)"
 #endif
 
-#define zl_egress ((void *)bpf_pseudo_fd(1, ZL_EGRESS_FD))
 
 /* The address families bpf_fib_lookup takes: the kernel's AF_INET and
  * AF_INET6, which no uapi header defines. */
@@ -151,7 +145,7 @@ static __always_inline int zl_forward(struct xdp_md *ctx, __u32 check)
 	egress = fib.ifindex;
 	/* Only the interfaces the loader put in the devmap are ways out; the
 	 * entry found here is still there at the redirect, in the same run. */
-	if (!bpf_map_lookup_elem(zl_egress, &egress))
+	if (!bpf_map_lookup_elem(&zl_egress, &egress))
 		return ZL_FWD_NOT_FORWARDABLE;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -165,7 +159,7 @@ static __always_inline int zl_forward(struct xdp_md *ctx, __u32 check)
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
 	if (check)
 		zl_csum_complete(ctx, udp.payload_off - sizeof(struct udphdr), check);
-	return bpf_redirect_map(zl_egress, egress, 0) == XDP_REDIRECT ? ZL_VALID
+	return bpf_redirect_map(&zl_egress, egress, 0) == XDP_REDIRECT ? ZL_VALID
 								       : ZL_FWD_NOT_FORWARDABLE;
 }
 

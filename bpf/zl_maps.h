@@ -1,37 +1,41 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* The maps. With ZL_PIN_DIR defined (by the loader, per interface) each map
- * is pinned there, or reused if already pinned: that is how an in-place
- * upgrade keeps its counters, its configuration and registered AF_XDP
- * sockets. Without it (BPF_PROG_TEST_RUN fixtures) the maps are private.
+/* The token program's maps. The loader pins each in the interface's pin
+ * dir, or reuses it if already pinned: that is how an in-place upgrade
+ * keeps its counters, its configuration and registered AF_XDP sockets.
+ * Loaded without a pin dir (BPF_PROG_TEST_RUN fixtures) the maps are private.
  *
  * Their sizes come from the loader (pyxdp/xdp/maps.py, through
  * pyxdp.xdp.compiler.shared_defines): ZL_PORT_SLOTS, ZL_XSKS_MAX,
- * ZL_FLOWS_MAX; so does the config bit that picks the port set's half. */
+ * ZL_FLOWS_MAX, ZL_EGRESS_MAX; so does the config bit that picks the port
+ * set's half. */
 #ifndef ZL_MAPS_H
 #define ZL_MAPS_H
 
+#include "zl_object.h"
 #include "zl_structs.h"
 
 #if !defined(ZL_PORT_SLOTS) || !defined(ZL_XSKS_MAX) || !defined(ZL_FLOWS_MAX) || \
-	!defined(ZL_CONFIG_PORTS_HALF)
+	!defined(ZL_EGRESS_MAX) || !defined(ZL_CONFIG_PORTS_HALF)
 #error "the map sizes and ZL_CONFIG_PORTS_HALF are defined by the loader (docs/spec.md section 7.2)"
 #endif
 
-#ifdef ZL_PIN_DIR
-#define ZL_MAP(type, key, value, name, entries, pin) \
-	BPF_TABLE_PINNED(type, key, value, name, entries, ZL_PIN_DIR "/" pin)
-#define ZL_XSKMAP(name, entries, pin) BPF_XSKMAP(name, entries, ZL_PIN_DIR "/" pin)
-#else
-#define ZL_MAP(type, key, value, name, entries, pin) \
-	BPF_TABLE(type, key, value, name, entries)
-#define ZL_XSKMAP(name, entries, pin) BPF_XSKMAP(name, entries)
-#endif
+/* A map in the object's ".maps" section. PIN is the name the loader pins
+ * it by in the interface's pin dir (pyxdp.xdp.compiler.TOKEN_MAPS), where
+ * it sets the map's pin path before loading: libbpf then reuses the map
+ * pinned there, or makes it and pins it. */
+#define ZL_MAP(map_type, key_type, value_type, name, entries, pin) \
+	struct {                                                   \
+		__uint(type, map_type);                            \
+		__uint(max_entries, entries);                      \
+		__type(key, key_type);                             \
+		__type(value, value_type);                         \
+	} name SEC(".maps")
 
 /* One element: all counters in a struct, so a packet costs one lookup. */
-ZL_MAP("percpu_array", __u32, struct zl_counters, zl_counters, 1, "counters");
+ZL_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct zl_counters, zl_counters, 1, "counters");
 
 /* Run-time configuration, one element. */
-ZL_MAP("array", __u32, struct zl_config, zl_config, 1, "config");
+ZL_MAP(BPF_MAP_TYPE_ARRAY, __u32, struct zl_config, zl_config, 1, "config");
 
 /* Token ports, in two halves of ZL_PORT_SLOTS slots: non-zero at index
  * H * ZL_PORT_SLOTS + P when UDP destination port P carries frames in half
@@ -41,18 +45,23 @@ ZL_MAP("array", __u32, struct zl_config, zl_config, 1, "config");
  * mixed one (docs/spec.md section 1.6). The slot's address depends on the
  * bit read, so even a weakly ordered CPU cannot read the slot first. An
  * array, not a hash: its lookup is inlined by the verifier. */
-ZL_MAP("array", __u32, __u8, zl_ports, 2 * ZL_PORT_SLOTS, "ports");
+ZL_MAP(BPF_MAP_TYPE_ARRAY, __u32, __u8, zl_ports, 2 * ZL_PORT_SLOTS, "ports");
 
 /* AF_XDP sockets keyed by rx queue index, for queues below ZL_XSKS_MAX. */
-ZL_XSKMAP(zl_xsks, ZL_XSKS_MAX, "xsks");
+ZL_MAP(BPF_MAP_TYPE_XSKMAP, __u32, __u32, zl_xsks, ZL_XSKS_MAX, "xsks");
 
 /* Per-flow token cadence (zl_flows.h). An LRU hash: adding a flow to a
  * full table evicts the least recently used one. Allocated up front: with
  * 16384 flows, bpftool shows memlock 5,768,064 bytes (352 per flow,
  * 5.5 MiB) per interface on 6.18. */
-ZL_MAP("lru_hash", struct zl_flow_key, struct zl_flow, zl_flows, ZL_FLOWS_MAX, "flows");
+ZL_MAP(BPF_MAP_TYPE_LRU_HASH, struct zl_flow_key, struct zl_flow, zl_flows, ZL_FLOWS_MAX, "flows");
 
 /* The interface's gap histogram, one element per CPU. */
-ZL_MAP("percpu_array", __u32, struct zl_gap_hist, zl_gaps, 1, "gaps");
+ZL_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct zl_gap_hist, zl_gaps, 1, "gaps");
+
+/* The interfaces forwarded datagrams may leave by (zl_forward.h): ifindex
+ * to ifindex, made, pinned and filled by pyxdp/xdp/egress.py, and handed to
+ * this declaration by the loader. */
+ZL_MAP(BPF_MAP_TYPE_DEVMAP_HASH, __u32, __u32, zl_egress, ZL_EGRESS_MAX, "egress");
 
 #endif

@@ -49,7 +49,9 @@ struct zl_counters {
  * for token datagrams. */
 struct zl_config {
 	__u32 on_malformed; /* ZL_MALFORMED_DROP or ZL_MALFORMED_PASS */
-	__u32 flags;        /* ZL_CONFIG_* */
+	/* ZL_CONFIG_* bits; from bit ZL_CONFIG_GENERATION_SHIFT up, the
+	 * generation of the program that acts (xdp_token.c) */
+	__u32 flags;
 };
 
 /* A flow: one sender's token frames to one port. */

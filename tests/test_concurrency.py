@@ -25,7 +25,13 @@ from pyxdp.proto import frames
 from pyxdp.xdp import iface_lock, pins
 from pyxdp.xdp.maps import ZerolayerMaps
 from support.cli_runner import ZEROLAYER
-from support.xdp_helpers import flat_counters, one_line_error, rx_packets, xdp_state
+from support.xdp_helpers import (
+    flat_counters,
+    one_line_error,
+    rx_packets,
+    xdp_state,
+    zerolayer_prog_id,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
@@ -74,7 +80,7 @@ def assert_one_whole_attachment(lab, sets: list[list[int]]) -> dict:
     assert sorted(os.listdir(pin_dir)) == sorted([pins.PROG, *pins.MAPS]), os.listdir(pin_dir)
     out = subprocess.run(["bpftool", "prog", "show", "pinned", os.path.join(pin_dir, pins.PROG),
                           "--json"], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out)["id"] == row["program_id"] == xdp_state(lab).prog_id
+    assert json.loads(out)["id"] == row["program_id"] == zerolayer_prog_id(lab)
     return row
 
 

@@ -6,8 +6,12 @@ and a test run's context) is a pyxdp.cstruct.Layout on the Python side; here
 each is compared with the struct as bcc compiles it from the C (the ctypes
 type bcc builds for a map's key or value): field names in order, offsets,
 sizes and the total. The structs are taken from the product's own programs,
-compiled and loaded as the product does; the kernel's struct xdp_md, which
-no program keeps in a map, from a map declared for the purpose.
+compiled and loaded as the product does; the token program's, which clang
+builds into an object (bcc gives no types for it), from maps of the same
+names and types declared for the purpose with its header (both compilers
+are clang targeting BPF: one layout), while the sizes of its maps are read
+from the program loaded; the kernel's struct xdp_md, which no program keeps
+in a map, from a map declared for the purpose.
 
 Constants: the C defines none of the shared ones; the loader passes them
 all (pyxdp.xdp.compiler.shared_defines). Checked three ways: the sources
@@ -35,10 +39,12 @@ from pyxdp.xdp import compiler, egress, maps, pins
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
 MAX_SOCKS = 64  # the relay's, for this test
+# Headers of the token program alone, which clang builds (zl_object.h)
+CLANG_ONLY = {"zl_object.h", "zl_maps.h", "zl_forward.h"}
 
 # Set by the loader per load, not shared constants.
-PER_LOAD = {"ZL_PIN_DIR", "ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW",
-            "ZL_EGRESS_FD", "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM",
+PER_LOAD = {"ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW",
+            "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM", "ZL_XDP_PRIORITY",
             # the streams program's sizes, pid filter and the kernel's field offsets
             "ZL_ST_PIECES", "ZL_ST_IOVS", "ZL_ST_MAX_CONNS", "ZL_ST_RING_PAGES",
             "ZL_ST_FILTER_PIDS", "ZL_ST_SELF", "ZL_ST_IGNORE_AFTER",
@@ -56,11 +62,15 @@ def _bpf(text: str, *extra: str):
 def programs():
     """bcc's view of the programs with shared structs, compiled and loaded as
     the product does."""
-    loaded = {"token": compiler.load_token()}
-    if generator.live_frames():
-        loaded["generator"] = generator.load_program()
-    egress_fd = loaded["token"].map_fds[egress.PIN]
+    token = compiler.load_token()
+    loaded = {"generator": generator.load_program()} if generator.live_frames() else {}
     relay = RelayDataPath(max_socks=MAX_SOCKS)
+    # the token program's structs, in maps named and typed as bpf/zl_maps.h's
+    token_structs = _bpf('#include <uapi/linux/bpf.h>\n#include "zl_structs.h"\n'
+                         "BPF_PERCPU_ARRAY(zl_counters, struct zl_counters, 1);\n"
+                         "BPF_ARRAY(zl_config, struct zl_config, 1);\n"
+                         "BPF_TABLE(\"lru_hash\", struct zl_flow_key, struct zl_flow, zl_flows, 1);\n"
+                         "BPF_PERCPU_ARRAY(zl_gaps, struct zl_gap_hist, 1);\n")
     # struct xdp_md is a program's context, in no map: declare one for bcc.
     kernel = _bpf("#include <uapi/linux/bpf.h>\n"
                   "BPF_ARRAY(zl_test_xdp_md, struct xdp_md, 1);\n")
@@ -78,11 +88,12 @@ def programs():
         yield {**{name: lo.bpf for name, lo in loaded.items()},
                **({"generator": unloaded[0]} if unloaded else {}),
                "relay": relay._loaded.bpf, "kernel": kernel, "streams": streams,
-               "token_fd": loaded["token"].prog_fd, "egress_fd": egress_fd}
+               "token": token_structs, "token_loaded": token}
     finally:
-        for b in (kernel, streams, *unloaded):
+        for b in (kernel, streams, token_structs, *unloaded):
             b.cleanup()
         relay.close()
+        token.close()
         for lo in loaded.values():
             lo.close()
 
@@ -137,33 +148,28 @@ def test_every_layout_is_compared():
     assert found == {id(layout) for layout in STRUCTS.values()}
 
 
+def _token_map_info(programs, pin: str) -> bpfsys.MapInfo:
+    return bpfsys.map_info(programs["token_loaded"].map_fds[pin])
+
+
 def test_token_map_specs(programs):
     """The pin names, and the key and value sizes and entries pyxdp.xdp.maps
-    checks pinned maps against, are the program's."""
-    assert set(compiler.TOKEN_MAPS) | {egress.PIN} == set(pins.MAPS) == set(maps.SPECS)
-    for pin, var in compiler.TOKEN_MAPS.items():
-        table = programs["token"][var.encode()]
-        spec = maps.SPECS[pin]
-        assert ctypes.sizeof(table.Key) == spec.key_size, pin
-        assert ctypes.sizeof(_element(table.Leaf)) == spec.value_size, pin
+    checks pinned maps against, are those of the program's maps, which it
+    uses, all of them."""
+    assert set(compiler.TOKEN_MAPS) == set(pins.MAPS) == set(maps.SPECS)
+    used = bpfsys.prog_info(programs["token_loaded"].prog_fd).map_ids
+    for pin in compiler.TOKEN_MAPS:
+        info, spec = _token_map_info(programs, pin), maps.SPECS[pin]
+        assert (info.key_size, info.value_size) == (spec.key_size, spec.value_size), pin
         if spec.max_entries is not None:
-            assert table.max_entries == spec.max_entries, pin
-
-
-def test_the_egress_map_is_the_programs(programs):
-    """The devmap Python makes (bcc cannot declare it) is the one the
-    program uses, with the spec pinned maps are checked against."""
-    info = bpfsys.map_info(programs["egress_fd"])
-    spec = maps.SPECS[egress.PIN]
-    assert info.type == egress.BPF_MAP_TYPE_DEVMAP_HASH
-    assert (info.key_size, info.value_size, info.max_entries) == (
-        spec.key_size, spec.value_size, spec.max_entries)
-    assert info.id in bpfsys.prog_info(programs["token_fd"]).map_ids
+            assert info.max_entries == spec.max_entries, pin
+        assert info.id in used, pin
+    assert _token_map_info(programs, egress.PIN).type == egress.BPF_MAP_TYPE_DEVMAP_HASH
 
 
 def test_scalar_keys_and_values(programs):
-    token, relay, gen = programs["token"], programs["relay"], programs["generator"]
-    assert ctypes.sizeof(token[b"zl_counters"].Key) == maps.KEY.size
+    relay, gen = programs["relay"], programs["generator"]
+    assert _token_map_info(programs, "counters").key_size == maps.KEY.size
     assert ctypes.sizeof(relay[b"zl_sk_counters"].Key) == datapath.KEY.size
     assert ctypes.sizeof(relay[b"zl_sk_conns"].Key) == datapath.COOKIE.size
     assert ctypes.sizeof(gen[b"zl_gen_schedule"].Key) == generator.INDEX.size
@@ -171,10 +177,11 @@ def test_scalar_keys_and_values(programs):
 
 
 def test_map_sizes_are_the_python_values(programs):
-    token, gen = programs["token"], programs["generator"]
-    assert token[b"zl_ports"].max_entries == 2 * maps.PORT_SLOTS  # two halves
-    assert token[b"zl_xsks"].max_entries == maps.XSKS_MAX
-    assert token[b"zl_flows"].max_entries == maps.FLOWS_MAX
+    gen = programs["generator"]
+    assert _token_map_info(programs, "ports").max_entries == 2 * maps.PORT_SLOTS  # two halves
+    assert _token_map_info(programs, "xsks").max_entries == maps.XSKS_MAX
+    assert _token_map_info(programs, "flows").max_entries == maps.FLOWS_MAX
+    assert _token_map_info(programs, "egress").max_entries == maps.EGRESS_MAX
     assert gen[b"zl_gen_templates"].max_entries == generator.MAX_TEMPLATES
     assert gen[b"zl_gen_schedule"].max_entries == generator.MAX_SLOTS
     assert programs["relay"][b"zl_sk_conns"].max_entries == MAX_SOCKS
@@ -221,7 +228,9 @@ def test_the_c_sees_the_python_values():
     """Every shared value as the C sees it after all the headers, read back
     through the length of a map declared with it."""
     shared = all_defines()
-    headers = sorted(p.name for p in compiler.source_dir().glob("zl_*.h"))
+    # all but those of the object clang builds, which bcc cannot compile
+    headers = sorted(p.name for p in compiler.source_dir().glob("zl_*.h")
+                     if p.name not in CLANG_ONLY)
     text = "#include <uapi/linux/bpf.h>\n"
     text += "".join(f'#include "{h}"\n' for h in headers)
     # Every value is read as max_entries - 1, so 0 can be read too.
@@ -230,7 +239,7 @@ def test_the_c_sees_the_python_values():
     # with the per-load names too, for the headers that need them
     b = _bpf(text, *compiler.define_flags(schema.c_defines() | generator.c_defines()
                                           | stream_probes.c_defines()),
-             "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2", "-DZL_SK_WINDOW=0", "-DZL_EGRESS_FD=-1",
+             "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2", "-DZL_SK_WINDOW=0",
              "-DZL_HAVE_XDP_LOAD_BYTES=1")
     try:
         seen = {name: b[f"zl_test_{i}".encode()].max_entries - 1

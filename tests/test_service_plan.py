@@ -16,8 +16,12 @@ def ours(name: str, netns: str | None = None, **kw) -> Link:
     return Link(name, netns, owner="zerolayer", stale_pins=False, **settings)
 
 
-def foreign(name: str, netns: str | None = None) -> Link:
-    return Link(name, netns, owner="foreign", program="xdp_dispatcher", mode="native")
+def foreign(name: str, netns: str | None = None, dispatcher: bool = False) -> Link:
+    """Another tool's program: alone (xdp-filter's, where libxdp had to load
+    it alone), or libxdp's dispatcher with its programs."""
+    program = "xdp_dispatcher" if dispatcher else "xdpfilt_alw_all"
+    return Link(name, netns, owner="foreign", program=program, mode="native",
+                dispatcher=dispatcher)
 
 
 def free(name: str, netns: str | None = None, driver: str | None = None) -> Link:
@@ -82,6 +86,22 @@ def test_a_foreign_program_is_left_alone_unless_replace():
         [("replace", "eth0", None)]
     # replace = true says nothing about zerolayer's own program
     assert actions(SMALLEST + "replace = true\n", host(ours("eth0"))) == [("keep", "eth0", None)]
+
+
+def test_libxdps_dispatcher_is_joined_without_replace():
+    (action,) = plan(config.parse(SMALLEST), host(foreign("eth0", dispatcher=True)))
+    assert (action.action, action.reason) == (
+        "attach", "libxdp's dispatcher runs there: zerolayer joins the programs in it")
+
+
+def test_the_priority_in_the_dispatcher_is_desired_state():
+    """Left out it is 20; zerolayer's program alone has none to differ."""
+    in_dispatcher = ours("eth0", dispatcher=True, priority=60)
+    (action,) = plan(config.parse(SMALLEST), host(in_dispatcher))
+    assert (action.action, action.reason) == (
+        "upgrade", "zerolayer runs at priority 60 in libxdp's dispatcher, the file asks for 20")
+    assert actions(SMALLEST + "priority = 60\n", host(in_dispatcher)) == [("keep", "eth0", None)]
+    assert actions(SMALLEST + "priority = 60\n", host(ours("eth0"))) == [("keep", "eth0", None)]
 
 
 def test_missing_interface_and_namespace():

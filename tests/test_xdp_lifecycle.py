@@ -23,6 +23,7 @@ from support.xdp_helpers import (
     rx_packets,
     stats,
     xdp_state,
+    zerolayer_prog_id,
 )
 
 pytestmark = pytest.mark.root
@@ -42,7 +43,7 @@ def test_auto_mode_on_veth_is_native_and_reported(cli, lab, record_property):
     record_property("seen", f"{result['mode']} on veth")
     assert result["action"] == "attached"
     assert result["mode"] == "native" == xdp_state(lab).mode
-    assert result["program_id"] == xdp_state(lab).prog_id
+    assert result["program_id"] == zerolayer_prog_id(lab)
     assert result["ports"] == [frames.DEFAULT_PORT] and result["on_malformed"] == "drop"
     assert result["flow_tracking"] is False, "per-flow tracking is opt-in"
     assert result["forwarding"] is False and result["forward_notes"] == [], "so is forwarding"
@@ -107,10 +108,9 @@ def test_upgrade_in_place_never_leaves_the_interface_bare(cli, lab):
 
     def watch():
         while not stop.is_set():
-            state = xdp_state(lab)
-            seen_ids.add(state.prog_id)
-            if state.prog_id is None:
+            if xdp_state(lab).prog_id is None:
                 bare.append(time.monotonic())
+            seen_ids.add(zerolayer_prog_id(lab))
 
     threads = [threading.Thread(target=load), threading.Thread(target=watch)]
     for t in threads:
@@ -220,7 +220,7 @@ def test_config_changes_ports_without_reloading(cli, lab):
         "interface": lab.dut.ifname, "netns": None, "ports": [10000], "on_malformed": "drop",
         "flow_tracking": True, "forwarding": False, "egress": [lab.dut.ifname],
         "forward_notes": []}
-    assert xdp_state(lab).prog_id == first["program_id"]
+    assert zerolayer_prog_id(lab) == first["program_id"]
     pkt = traffic.udp_packet(lab, frames.encode(frames.FrameType.TOKEN, "x"), sport=1, dport=10000)
     traffic.send(lab, [pkt])
     time.sleep(0.1)

@@ -28,14 +28,16 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 
 # --- apt packages ----------------------------------------------------------
 # python3-bpfcc is bcc for Debian's /usr/bin/python3; the venv below sees it.
-# libxdp1: pyxdp.xsk calls its AF_XDP ring functions. tmux: the tests drive
+# libxdp1: pyxdp.xsk calls its AF_XDP ring functions, and libbpf1 (its
+# dependency) loads the XDP program. tmux: the tests drive
 # `zerolayer top` in a pane.
 # socat, haproxy: peers of the relay bench. gcc: the bench compiles its splice
 # relay and its delivery C consumer, and pip builds pyxdp's compiled AF_XDP
 # core (pyxdp/xsk/_core.c) with it and python3-dev's headers. strace: the
 # concurrency test slows a writer of the port set with it
-# (tests/test_concurrency.py).
-PACKAGES=(python3-bpfcc python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc strace curl openssl)
+# (tests/test_concurrency.py). clang: builds zerolayer's XDP program into a
+# BPF object (pyxdp/xdp/objects.py), which libxdp loads.
+PACKAGES=(python3-bpfcc python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc clang strace curl openssl)
 # The C consumer's headers and libraries. Best effort: where libbpf1 came
 # from a backports suite (with its kernel), the release's libbpf-dev cannot
 # be installed beside it, and the bench then skips the consumer with a note.

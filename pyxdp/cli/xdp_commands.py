@@ -6,6 +6,7 @@ import click
 from pyxdp.cli.options import flows_option, forward_option, json_option, netns_option, wait_option
 from pyxdp.cli.render import counters_table, emit_json
 from pyxdp.human import number, table
+from pyxdp.xdp.dispatcher import MAX_PRIORITY
 
 
 def _on(value: str | None) -> bool | None:
@@ -22,11 +23,16 @@ def _on(value: str | None) -> bool | None:
               help="What to do with malformed datagrams (default drop).")
 @flows_option
 @forward_option
-@click.option("--replace", is_flag=True, help="Replace an XDP program another tool attached.")
+@click.option("--replace", is_flag=True,
+              help="Replace an XDP program another tool attached outside libxdp's dispatcher.")
+@click.option("--priority", type=click.IntRange(0, MAX_PRIORITY), default=None,
+              help="Place in libxdp's dispatcher, lower runs first (default 20, or the current "
+                   "one on an upgrade).")
 @wait_option()
 @netns_option()
 @json_option()
-def attach(iface, mode, ports, on_malformed, flows, forward, replace, wait_s, netns, as_json):
+def attach(iface, mode, ports, on_malformed, flows, forward, replace, priority, wait_s, netns,
+           as_json):
     """Attach zerolayer's XDP program to IFACE, or upgrade it in place."""
     from pyxdp.cli.netns_hints import pointing_to_netns
     from pyxdp.xdp import loader, parsers
@@ -35,7 +41,7 @@ def attach(iface, mode, ports, on_malformed, flows, forward, replace, wait_s, ne
         result = loader.attach(iface, mode=mode, ports=list(ports) or None,
                                on_malformed=on_malformed, flows=_on(flows),
                                forward=_on(forward), replace=replace, netns=netns,
-                               wait_s=wait_s)
+                               wait_s=wait_s, priority=priority)
     if as_json:
         emit_json(result.to_json())
         return
@@ -45,9 +51,19 @@ def attach(iface, mode, ports, on_malformed, flows, forward, replace, wait_s, ne
         f"flow tracking {'on' if result.flow_tracking else 'off'}, "
         f"{_forwarding(result.forwarding, result.egress)}"
     )
+    if result.dispatcher is not None:
+        click.echo(f"in libxdp's dispatcher at priority {result.priority}, with: "
+                   f"{_others(result.dispatcher)}")
     parser_note = parsers.note(result.parser) if result.parser else None
     for line in [n for n in (result.note, parser_note) if n] + result.forward_notes:
         click.echo(f"note: {line}")
+
+
+def _others(members: list[dict]) -> str:
+    """The other programs of a dispatcher, for one line."""
+    others = [f"{m['name']} (id {m['program_id']}, priority {m['priority']})"
+              for m in members if m["owner"] != "zerolayer"]
+    return ", ".join(others) or "no other program"
 
 
 def _forwarding(on: bool, egress: list[str]) -> str:
@@ -128,6 +144,11 @@ def status(iface, netns, as_json):
                     onoff.get(r.get("flow_tracking")), onoff.get(r.get("forwarding"))])
     click.echo(table(["INTERFACE", "MODE", "PROGRAM", "ID", "OWNER", "PARSER", "PORTS",
                       "MALFORMED", "FLOWS", "FORWARD"], out))
+    for r in rows:
+        if r.get("dispatcher"):
+            click.echo(f"{r['interface']}: libxdp's dispatcher runs, in this order: " + ", ".join(
+                f"{m['name']} (id {m['program_id']}, priority {m['priority']}"
+                f"{', zerolayer' if m['owner'] == 'zerolayer' else ''})" for m in r["dispatcher"]))
     stale = [r["interface"] for r in rows if r["stale_pins"]]
     if stale:
         click.echo(f"note: stale pins of {', '.join(stale)}: `zerolayer detach --stale` "

@@ -72,8 +72,15 @@ def _links(netns: str | None, drivers: bool) -> list[Link]:
             program=r["program_name"], mode=r["mode"], parser=r.get("parser"),
             stale_pins=r["stale_pins"], renamed_from=renamed_from,
             ports=tuple(r.get("ports", ())), on_malformed=r.get("on_malformed"),
-            flows=r.get("flow_tracking"), forward=r.get("forwarding")))
+            flows=r.get("flow_tracking"), forward=r.get("forwarding"),
+            dispatcher=r["dispatcher"] is not None, priority=_our_priority(r)))
     return links
+
+
+def _our_priority(row: dict) -> int | None:
+    """zerolayer's priority in the dispatcher of a status row, if it is in one."""
+    return next((m["priority"] for m in row.get("dispatcher") or ()
+                 if m["owner"] == ownership.ZEROLAYER), None)
 
 
 def _renamed_from(ifname: str, netns: str | None, gone: list[str]) -> str | None:
@@ -163,7 +170,8 @@ def _run(action: Action, config: Config, wait_s: float, done: list[str]) -> None
     else:
         loader.attach(name, mode=want.mode, ports=list(want.ports),
                       on_malformed=want.on_malformed, flows=want.flows, forward=want.forward,
-                      replace=action.action == "replace", netns=netns, wait_s=wait_s)
+                      replace=action.action == "replace", netns=netns, wait_s=wait_s,
+                      priority=want.priority)
     done.append(action.action)
 
 

@@ -16,6 +16,7 @@ from pyxdp.kernel import link_names
 from pyxdp.observe.exporter import DEFAULT_LISTEN, parse_listen
 from pyxdp.proto import frames
 from pyxdp.service.positions import key_lines
+from pyxdp.xdp.dispatcher import DEFAULT_PRIORITY, MAX_PRIORITY
 from pyxdp.xdp.loader import MODES
 from pyxdp.xdp.maps import MAX_PORTS, POLICIES
 
@@ -24,7 +25,7 @@ VERSION = 1  # the schema this zerolayer reads; `version` may be left out
 
 _TOP = ("version", "interface", "tuning", "exporter", "streams", "service")
 _INTERFACE = ("name", "match", "netns", "ports", "on_malformed", "mode", "flows", "forward",
-              "replace")
+              "replace", "priority")
 _MATCH = ("name", "driver")
 _TUNING = ("profile", "interfaces", "netns", "strict", "state_dir")
 _EXPORTER = ("address", "port")
@@ -56,6 +57,7 @@ class Interface:
     flows: bool
     forward: bool
     replace: bool
+    priority: int  # its place in libxdp's dispatcher, where one runs
     line: int | None  # of its [[interface]] header
 
 
@@ -268,8 +270,16 @@ class _Checker:
             flows=self.typed(data, where, "flows", bool, False),
             forward=self.typed(data, where, "forward", bool, False),
             replace=self.typed(data, where, "replace", bool, False),
+            priority=self.priority(data, where),
             line=self.line(where),
         )
+
+    def priority(self, data: dict, where: tuple) -> int:
+        value = self.typed(data, where, "priority", int, DEFAULT_PRIORITY)
+        if not 0 <= value <= MAX_PRIORITY:
+            raise self.error(where + ("priority",), f"{value}: use 0 to {MAX_PRIORITY} "
+                                                     "(lower runs first)")
+        return value
 
     def match(self, raw: Any, where: tuple) -> Match:
         data = self.table(raw, where, _MATCH)

@@ -4,14 +4,17 @@ the configuration and of what was observed, so it can be checked without
 a kernel (docs/spec.md §10.3).
 
 Each interface the file resolves to gets one action:
-  attach     nothing runs there: attach zerolayer
+  attach     nothing runs there, or libxdp's dispatcher with other tools'
+             programs: attach zerolayer (joining them)
   rename     zerolayer's program runs there, its pins still under the name the
              interface had (renamed since): the pins follow it
-  foreign    another tool's program runs there: left alone (not matching)
+  foreign    another tool's program runs there, outside libxdp's dispatcher:
+             left alone (not matching)
   missing    the file names an interface (or namespace) that is not there
   reattach   zerolayer runs in another mode than the file's: detach, attach
   upgrade    zerolayer runs there with another parser build than this
-             kernel gets: upgrade in place
+             kernel gets, or at another priority in libxdp's dispatcher
+             than the file's: upgrade in place
   configure  zerolayer runs there with other settings: written live
   keep       it matches already
 With prune, every other zerolayer attachment (or its stale pins) in the
@@ -48,6 +51,8 @@ class Link:
     on_malformed: str | None = None
     flows: bool | None = None
     forward: bool | None = None
+    dispatcher: bool = False  # libxdp's dispatcher runs there
+    priority: int | None = None  # zerolayer's in it
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,8 @@ def _for(want: Interface, link: Link, parser: str) -> Action:
         why = "no XDP program runs there"
         return act("attach", why + (" (stale pins are removed)" if link.stale_pins else ""))
     if link.owner != "zerolayer":
+        if link.dispatcher:
+            return act("attach", "libxdp's dispatcher runs there: zerolayer joins the programs in it")
         if want.replace:
             return act("replace", f"'{link.program}' runs there; the file says replace = true")
         return act("foreign", f"another tool's XDP program '{link.program}' runs there: "
@@ -129,6 +136,9 @@ def _for(want: Interface, link: Link, parser: str) -> Action:
     if link.parser != parser:
         return act("upgrade", f"zerolayer runs the {link.parser or 'unknown'} parser build "
                               f"({link.program}), this kernel gets the {parser} one")
+    if link.priority is not None and link.priority != want.priority:
+        return act("upgrade", f"zerolayer runs at priority {link.priority} in libxdp's "
+                              f"dispatcher, the file asks for {want.priority}")
     now, wanted = _settings_now(link), _settings_of(want)
     diff = {k: [now[k], wanted[k]] for k in wanted if now[k] != wanted[k]}
     if diff:

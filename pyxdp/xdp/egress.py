@@ -5,10 +5,12 @@ kernel must allow before bpf_fib_lookup routes anything (docs/spec.md §2.1).
 The devmap is a DEVMAP_HASH keyed by ifindex, holding every interface of
 the namespace but loopback: the FIB picks the egress, the map only says
 which interfaces a redirect may use (one the program cannot find there is
-`not_forwardable`). bcc 0.26 can declare neither a devmap hash nor a pinned
-devmap, so it is made here with bpf(2), pinned as `egress` beside the other
-maps, and handed to the C as -DZL_EGRESS_FD, as the relay's sockhash is.
-It is filled at attach and by `config --forward on`; an interface made
+`not_forwardable`). It is made here with bpf(2) and pinned as `egress`
+beside the program's other maps, then handed to the program's declaration
+of it (bpf/zl_maps.h): libbpf before 1.6 cannot reuse a pinned devmap
+itself (it compares the flags it asked for with those the kernel forces on
+every devmap, BPF_F_RDONLY_PROG, and finds them different). It is filled
+at attach and by `config --forward on`; an interface made
 later is not in it until then, and one deleted leaves it by itself.
 
 What forwarding needs from the kernel and the egress devices is checked

@@ -248,7 +248,7 @@ def observe(ifname: str, netns: str | None = None) -> Observation:
     return Observation(
         interface=ifname, netns=netns, ifindex=ins.state.ifindex,
         mode=ins.state.mode if ins.ours else None,
-        program_id=ins.state.prog_id if ins.ours else None, parser=ownership.parser(ins),
+        program_id=ins.program.id if ins.ours and ins.program else None, parser=ownership.parser(ins),
         attached=ins.ours,
         counters=counts, gap_hist=hist, gap_sum_ns=sum_ns, flow_tracking=tracking,
         flows_capacity=capacity, flows=table, at_ns=time.monotonic_ns(),

@@ -1,12 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
-"""attach and detach: compile, load, configure, attach atomically, pin.
+"""attach and detach: build, load, configure, attach, pin.
 
 The order matters. Each command holds the interface's lock throughout
-(iface_lock.py). On a first attach the configuration is written into the
-maps before the program is attached, so it never sees an empty port set. An
-upgrade reuses the pinned maps (counters, configuration, AF_XDP
-registrations carry over), swaps programs with one netlink call that names
-the program it replaces, and only then writes what was given.
+(iface_lock.py). On a first attach the program is loaded alone once to make
+and pin its maps, and the configuration is written into them before any
+program is attached, so it never sees an empty port set; then libxdp
+attaches it (pyxdp.xdp.dispatcher): into the dispatcher on the interface,
+or one it makes, or alone where the kernel cannot run one. An upgrade
+reuses the pinned maps (counters, configuration, AF_XDP registrations carry
+over) and only then writes what was given. Alone on the interface, it swaps
+programs with one netlink call that names the program it replaces; in a
+dispatcher, the new program joins idle beside the old one, a config write
+makes it the one that acts (its generation, docs/spec.md §6.4), and the
+old one leaves: every datagram is judged and counted once.
 """
 
 import contextlib
@@ -19,8 +25,8 @@ from pyxdp.kernel import bpffs, bpfsys
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.privileges import preflight
 from pyxdp.proto import frames
-from pyxdp.xdp import compiler, egress, iface_lock, netlink, ownership, parsers, pins
-from pyxdp.xdp.maps import POLICIES, ZerolayerMaps, check_ports
+from pyxdp.xdp import compiler, dispatcher, egress, iface_lock, netlink, ownership, parsers, pins
+from pyxdp.xdp.maps import GENERATIONS, POLICIES, ZerolayerMaps, check_ports
 
 MODES = ("auto", "native", "skb")
 
@@ -42,6 +48,9 @@ class AttachResult:
     egress: list[str]  # the interfaces forwarded datagrams may leave by
     note: str | None  # e.g. why native mode was not used
     forward_notes: list[str]  # with forwarding on: what stops it, one line each
+    # libxdp's dispatcher, when zerolayer runs in one: its programs (ownership)
+    dispatcher: list[dict] | None = None
+    priority: int | None = None  # zerolayer's in it
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -125,13 +134,16 @@ def _pin_program(prog_fd: int, pin_dir: str) -> None:
 
 def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | None = None,
            flows: bool | None = None, forward: bool | None = None, replace: bool = False,
-           netns: str | None = None, wait_s: float = iface_lock.DEFAULT_WAIT_S) -> AttachResult:
+           netns: str | None = None, wait_s: float = iface_lock.DEFAULT_WAIT_S,
+           priority: int | None = None) -> AttachResult:
     """Attach zerolayer to IFNAME, or upgrade it in place if it runs there.
 
     PORTS, ON_MALFORMED, FLOWS and FORWARD default to 9977, drop, off and
     off on a first attach; on an upgrade, options not given keep their
-    current values. The egress map is filled anew either way. The whole
-    command holds IFNAME's lock, waiting up to WAIT_S seconds for it."""
+    current values. The egress map is filled anew either way. PRIORITY is
+    the program's place in libxdp's dispatcher (dispatcher.DEFAULT_PRIORITY,
+    or the current one on an upgrade, unless given). The whole command
+    holds IFNAME's lock, waiting up to WAIT_S seconds for it."""
     preflight("zerolayer attach")
     if mode not in MODES:
         raise ZerolayerError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
@@ -140,9 +152,13 @@ def attach(ifname: str, *, mode: str = "auto", ports=None, on_malformed: str | N
     if ports is not None:
         ports = sorted(set(ports))
         check_ports(ports)
+    if priority is not None and not 0 <= priority <= dispatcher.MAX_PRIORITY:
+        raise ZerolayerError(
+            f"priority {priority}: use 0 to {dispatcher.MAX_PRIORITY} (lower runs first)")
     with iface_lock.held(ifname, netns, wait_s):
         bpffs.require_writable("zerolayer attach")
-        return _attach_locked(ifname, mode, ports, on_malformed, flows, forward, replace, netns)
+        return _attach_locked(ifname, mode, ports, on_malformed, flows, forward, replace, netns,
+                              priority)
 
 
 def _configure(maps: ZerolayerMaps, fresh: bool, ports, on_malformed: str | None,
@@ -163,35 +179,67 @@ def _configure(maps: ZerolayerMaps, fresh: bool, ports, on_malformed: str | None
 
 def _attach_locked(ifname: str, mode: str, ports, on_malformed: str | None,
                    flows: bool | None, forward: bool | None, replace: bool,
-                   netns: str | None) -> AttachResult:
+                   netns: str | None, priority: int | None) -> AttachResult:
     ins = ownership.inspect(ifname, netns)
-    if ins.owner == ownership.FOREIGN and not replace:
+    if ins.owner == ownership.FOREIGN and ins.dispatcher is None and not replace:
         prog = ins.program
         assert prog is not None  # a foreign owner is a program we could read
         raise ZerolayerError(
             f"{ifname} already runs XDP program '{prog.name}' (id {prog.id}, {ins.state.mode} mode) "
-            f"that zerolayer did not load: remove it with "
+            f"that zerolayer did not load, outside libxdp's dispatcher: remove it with "
             f"{_foreign_removal(ifname, ins.state.mode, netns)}, or pass --replace"
         )
     modes = _modes_to_try(ifname, mode, ins.state.mode if ins.owner else None, ins.ours, netns)
     if ins.stale_pins:
         pins.remove_pins(ifname, netns)  # left by a program no longer attached
-    action = {None: "attached", ownership.ZEROLAYER: "upgraded"}.get(ins.owner, "replaced")
+    # libxdp joins a dispatcher, or makes one on a bare interface; a program
+    # alone (ours, or another's given --replace) is swapped in one step.
+    through_libxdp = ins.dispatcher is not None or ins.program is None
+    if ins.ours:
+        action = "upgraded"
+    elif ins.program is None or ins.dispatcher is not None:
+        action = "attached"
+    else:
+        action = "replaced"
     fresh = not ins.ours
+    if priority is None:
+        current = _member_priority(ins)
+        priority = dispatcher.DEFAULT_PRIORITY if current is None else current
 
-    expected_fd = bpfsys.prog_fd_by_id(ins.program.id) if ins.program else None
-    pins.ensure_pin_dir(ifname, netns)  # root's, checked, before bcc pins into it
-    loaded = None
+    # The program that acts is the one of the config's generation: an
+    # upgrade inside the dispatcher joins as the next one, idle beside the
+    # old until the config names it (spec §6.4); elsewhere it takes the
+    # current one, as the swap is one step.
+    generation = _current_generation(ins) if ins.ours else 0
+    if through_libxdp and ins.ours:
+        generation = (generation + 1) % GENERATIONS
+    expected_fd = None if through_libxdp or not ins.program else bpfsys.prog_fd_by_id(ins.program.id)
+    pins.ensure_pin_dir(ifname, netns)  # root's, checked, before libbpf pins into it
+    loaded, map_fds = None, {}
     try:
-        loaded = compiler.load_token(ins.pin_dir)
-        with ZerolayerMaps.from_fds(loaded.map_fds) as maps:
+        # For libxdp, which loads the program itself, the maps alone, made
+        # (or reused) first, so a fresh attach configures them before any
+        # program of ours runs.
+        if through_libxdp:
+            map_fds = compiler.make_token_maps(ins.pin_dir)
+        else:
+            loaded = compiler.load_token(ins.pin_dir, generation)
+            map_fds = loaded.map_fds
+        with ZerolayerMaps.from_fds(map_fds) as maps:
             # Fresh maps are filled before the program is attached, so it never
             # sees an empty set; an upgrade's new values are written once the
             # swap has succeeded, so a failed one changes nothing.
             if fresh:
                 egress_names = _configure(maps, True, ports, on_malformed, flows, forward, netns)
-            note = _attach(ifname, ins, loaded.prog_fd, modes, expected_fd)
-            _pin_program(loaded.prog_fd, ins.pin_dir)
+            if through_libxdp:
+                note = _through_libxdp(ifname, ins, modes, priority, generation)
+                if ins.ours and ins.program is not None:  # the old one, in the dispatcher
+                    maps.set_generation(generation)  # one write: the new one acts
+                    _leave(ifname, ins, ins.program.id)
+            else:
+                assert loaded is not None
+                note = _attach(ifname, ins, loaded.prog_fd, modes, expected_fd)
+                _pin_program(loaded.prog_fd, ins.pin_dir)
             if not fresh:
                 egress_names = _configure(maps, False, ports, on_malformed, flows, forward, netns)
             final_ports, final_policy = maps.ports(), maps.on_malformed()
@@ -205,10 +253,18 @@ def _attach_locked(ifname: str, mode: str, ports, on_malformed: str | None,
             os.close(expected_fd)
         if loaded is not None:
             loaded.close()  # attached and pinned: the kernel holds it now
+        elif map_fds:
+            for fd in map_fds.values():
+                os.close(fd)
 
     # report what the kernel says, not what we asked
     now = ownership.inspect_state(netlink.query(ifname, netns), netns)
     assert now.state.mode is not None and now.program is not None, "attached, yet the kernel shows no program"
+    if through_libxdp and now.dispatcher is None:
+        alone = ("libxdp cannot run its dispatcher on this kernel (its test load of a freplace "
+                 "program failed): zerolayer's program runs alone, as xdp-loader's would, and "
+                 "no other program can join it on this interface")
+        note = f"{note}; {alone}" if note else alone
     return AttachResult(
         interface=ifname, netns=netns, action=action, mode=now.state.mode,
         requested_mode=mode, program_id=now.program.id,
@@ -216,7 +272,74 @@ def _attach_locked(ifname: str, mode: str, ports, on_malformed: str | None,
         ports=final_ports, on_malformed=final_policy, flow_tracking=final_flows,
         forwarding=final_forward, egress=egress_names, note=note,
         forward_notes=egress.notes(ifname, netns, egress_names) if final_forward else [],
+        dispatcher=ownership.members(now), priority=_member_priority(now),
     )
+
+
+def _member_priority(ins: ownership.Inspection) -> int | None:
+    """zerolayer's priority in the dispatcher on the interface, if it runs in one."""
+    if not (ins.ours and ins.dispatcher and ins.program):
+        return None
+    return next((m.priority for m in ins.dispatcher.members if m.id == ins.program.id), None)
+
+
+def _current_generation(ins: ownership.Inspection) -> int:
+    """The generation the pinned config names (zerolayer's, attached)."""
+    with ZerolayerMaps.open_pinned(ins.pin_dir) as maps:
+        return maps.generation()
+
+
+def _through_libxdp(ifname: str, ins: ownership.Inspection, modes: list[str],
+                    priority: int, generation: int) -> str | None:
+    """Attach the program of GENERATION through libxdp, trying MODES in
+    order, and pin it. Returns a note when a mode was skipped."""
+    note = None
+    ifindex, netns = ins.state.ifindex, ins.netns
+    for i, mode in enumerate(modes):
+        with compiler.logged("zerolayer-libxdp-") as log_path, \
+                compiler.opened_token(ins.pin_dir, log_path, generation) as (obj, name):
+            try:
+                prog_id = dispatcher.attach(obj, ifindex, mode, priority, netns)
+            except OSError as exc:
+                last = i == len(modes) - 1
+                if mode == "native" and not last and exc.errno in netlink.NATIVE_UNSUPPORTED:
+                    note = f"native mode unavailable ({exc.strerror}): using skb mode"
+                    continue
+                raise _libxdp_error(ifname, mode, name, exc, log_path) from None
+        prog_fd = bpfsys.prog_fd_by_id(prog_id)
+        try:
+            _pin_program(prog_fd, ins.pin_dir)
+        finally:
+            os.close(prog_fd)
+        return note
+    raise AssertionError("no mode to try")  # _modes_to_try gives at least one
+
+
+def _libxdp_error(ifname: str, mode: str, name: str, exc: OSError,
+                  log_path: str) -> ZerolayerError:
+    """One line for an attach libxdp failed; LOG_PATH holds what it said."""
+    if exc.errno == errno.EBUSY:
+        return ZerolayerError(
+            f"another XDP program, outside libxdp's dispatcher, appeared on {ifname} while "
+            f"attaching; nothing was changed (log: {log_path})")
+    if compiler.verifier_rejected(log_path):
+        return compiler.load_error(name, exc, log_path)
+    hint = "; try --mode skb" if mode == "native" else ""
+    return ZerolayerError(f"attaching to {ifname} in {mode} mode through libxdp failed: "
+                          f"{exc.strerror}{hint} (log: {log_path})")
+
+
+def _leave(ifname: str, ins: ownership.Inspection, prog_id: int) -> None:
+    """Take zerolayer's program PROG_ID out of the dispatcher on IFNAME."""
+    mode = (ins.dispatcher.mode if ins.dispatcher else None) or ins.state.mode
+    assert mode is not None
+    with compiler.logged("zerolayer-libxdp-") as log_path:
+        try:
+            dispatcher.detach(prog_id, ins.state.ifindex, mode, ins.netns)
+        except OSError as exc:
+            raise ZerolayerError(
+                f"taking program {prog_id} out of libxdp's dispatcher on {ifname} failed: "
+                f"{exc.strerror} (log: {log_path})") from None
 
 
 def detach(ifname: str, netns: str | None = None,
@@ -244,6 +367,10 @@ def _detach_locked(ifname: str, netns: str | None) -> DetachResult:
 
     prog = ins.program
     assert prog is not None and ins.state.mode is not None  # ours: attached, and read
+    if ins.dispatcher is not None:
+        _leave(ifname, ins, prog.id)
+        pins.remove_pins(ifname, netns)
+        return DetachResult(ifname, netns, "detached", prog.id, None)
     prog_fd = bpfsys.prog_fd_by_id(prog.id)
     try:
         netlink.clear_program(ins.state.ifindex, ins.state.mode, prog_fd, netns)

@@ -24,6 +24,10 @@ POLICIES = ("drop", "pass")  # on_malformed: the index is the value (ZL_MALFORME
 CONFIG_FLOWS = 1 << 0  # ZL_CONFIG_FLOWS: per-flow tracking on (off by default)
 CONFIG_FORWARD = 1 << 1  # ZL_CONFIG_FORWARD: XDP forwarding on (off by default)
 CONFIG_PORTS_HALF = 1 << 2  # ZL_CONFIG_PORTS_HALF: the second half of `ports` is in effect
+# ZL_CONFIG_GENERATION_SHIFT: the flags' bits from here up are the
+# generation of the program that acts (docs/spec.md §6.4)
+CONFIG_GENERATION_SHIFT = 8
+GENERATIONS = 1 << (32 - CONFIG_GENERATION_SHIFT)
 # Token gaps in log2 microsecond buckets (ZL_GAP_BUCKETS, flows.gap_bucket).
 GAP_BUCKETS = 22
 # Map sizes (entries).
@@ -146,7 +150,7 @@ class ZerolayerMaps:
 
     @classmethod
     def from_fds(cls, fds: dict[str, int]) -> "ZerolayerMaps":
-        """Borrow fds owned by someone else (a bcc BPF object)."""
+        """Borrow fds owned by someone else (a loaded program's object)."""
         return cls({name: BpfMap(fd, name, owned=False) for name, fd in fds.items()})
 
     def __getitem__(self, name: str) -> BpfMap:
@@ -198,6 +202,17 @@ class ZerolayerMaps:
         policy, flags = self._config()
         flags = flags | flag if enabled else flags & ~flag
         self["config"].update(0, CONFIG.pack(policy, flags))
+
+    def generation(self) -> int:
+        """The generation of the program that acts (docs/spec.md §6.4)."""
+        return self._config()[1] >> CONFIG_GENERATION_SHIFT
+
+    def set_generation(self, generation: int) -> None:
+        """Hand the work to the program of GENERATION, in one write."""
+        policy, flags = self._config()
+        low = flags & ((1 << CONFIG_GENERATION_SHIFT) - 1)
+        self["config"].update(0, CONFIG.pack(policy, low | generation % GENERATIONS
+                                             << CONFIG_GENERATION_SHIFT))
 
     def _ports_half(self) -> int:
         return 1 if self._config()[1] & CONFIG_PORTS_HALF else 0

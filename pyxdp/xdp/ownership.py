@@ -5,6 +5,8 @@ A program is zerolayer's when it uses the counters map pinned in the
 interface's pin dir. That test needs no bookkeeping of our own, so it stays
 true after a crash between attaching and pinning, and it can never mistake
 another tool's program (or another zerolayer's, in another netns) for ours.
+On an interface that runs libxdp's dispatcher the test is put to each
+program in it (pyxdp.xdp.dispatcher), and the others are listed.
 """
 
 import os
@@ -14,6 +16,7 @@ from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.privileges import preflight
+from pyxdp.xdp import dispatcher as dispatcher_mod
 from pyxdp.xdp import netlink, parsers, pins
 from pyxdp.xdp.maps import ZerolayerMaps
 
@@ -28,7 +31,9 @@ class Inspection:
     pin_dir: str
     pinned: bool  # the pin dir exists
     owner: str | None  # ZEROLAYER, FOREIGN, or None when no program is attached
+    # the program attached; in a dispatcher, zerolayer's there (else the dispatcher)
     program: bpfsys.ProgInfo | None
+    dispatcher: dispatcher_mod.Dispatcher | None = None  # libxdp's, when it runs there
 
     @property
     def ours(self) -> bool:
@@ -71,11 +76,18 @@ def inspect_state(state: netlink.XdpState, netns: str | None) -> Inspection:
     pin_dir = pins.pin_dir(state.ifname, netns)
     pinned = pins.has_pin_dir(state.ifname, netns)  # the tree checked to be root's
     program = _program_info(state.prog_id) if state.prog_id else None
+    disp = None
+    if program is not None and program.name == dispatcher_mod.DISPATCHER_NAME:
+        disp = dispatcher_mod.read(state.ifindex, netns)
     owner = None
     if program is not None:
         counters_id = _pinned_counters_id(pin_dir) if pinned else None
-        owner = ZEROLAYER if counters_id in program.map_ids else FOREIGN
-    return Inspection(state, netns, pin_dir, pinned, owner, program)
+        candidates = [program] if disp is None else [
+            info for info in map(_program_info, (m.id for m in disp.members)) if info]
+        ours = next((p for p in candidates if counters_id in p.map_ids), None)
+        owner = ZEROLAYER if ours else FOREIGN
+        program = ours or program
+    return Inspection(state, netns, pin_dir, pinned, owner, program, disp)
 
 
 def inspect(ifname: str, netns: str | None = None) -> Inspection:
@@ -109,12 +121,13 @@ def describe(ins: Inspection) -> dict:
         "netns": ins.netns,
         "ifindex": ins.state.ifindex,
         "mode": ins.state.mode,
-        "program_id": ins.state.prog_id,
+        "program_id": ins.program.id if ins.program else ins.state.prog_id,
         "program_name": ins.program.name if ins.program else None,
         "owner": ins.owner,
         "pin_dir": ins.pin_dir if ins.pinned else None,
         "stale_pins": ins.stale_pins,
         "rx_queues": ins.state.rx_queues,
+        "dispatcher": members(ins),
     }
     if ins.ours:
         out["parser"] = parser(ins)
@@ -124,6 +137,15 @@ def describe(ins: Inspection) -> dict:
             out["flow_tracking"] = maps.flows_enabled()
             out["forwarding"] = maps.forward_enabled()
     return out
+
+
+def members(ins: Inspection) -> list[dict] | None:
+    """libxdp's dispatcher's programs, in the order they run (None: none)."""
+    if ins.dispatcher is None:
+        return None
+    ours = ins.program.id if ins.ours and ins.program else None
+    return [{"name": m.name, "program_id": m.id, "priority": m.priority,
+             "owner": ZEROLAYER if m.id == ours else FOREIGN} for m in ins.dispatcher.members]
 
 
 def status(ifname: str | None = None, netns: str | None = None) -> list[dict]:
@@ -144,6 +166,6 @@ def status(ifname: str | None = None, netns: str | None = None) -> list[dict]:
                 "interface": gone, "netns": netns, "ifindex": None, "mode": None,
                 "program_id": None, "program_name": None, "owner": None,
                 "pin_dir": pins.pin_dir(gone, netns), "stale_pins": True,
-                "rx_queues": None,
+                "rx_queues": None, "dispatcher": None,
             })
     return rows

@@ -26,7 +26,7 @@ def snapshot(ins: ownership.Inspection, flat: dict[str, int]) -> dict:
         "interface": ins.state.ifname,
         "netns": ins.netns,
         "mode": ins.state.mode if ins.ours else None,
-        "program_id": ins.state.prog_id if ins.ours else None,
+        "program_id": ins.program.id if ins.ours and ins.program else None,
         "parser": ownership.parser(ins),
         "attached": ins.ours,
         "counters": counters.nest(flat),

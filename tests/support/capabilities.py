@@ -30,6 +30,7 @@ CAPABILITIES = {
     "relay": "TCP relay (sockmap)",
     "flows": "flow tracking",
     "streams": "token streams (SSE)",
+    "dispatcher": "libxdp dispatcher",
 }
 
 _outcomes: dict[str, dict[str, list]] = {}

@@ -5,7 +5,7 @@ import json
 import subprocess
 
 from pyxdp.proto import counters
-from pyxdp.xdp import netlink
+from pyxdp.xdp import dispatcher, netlink, parsers
 
 FOREIGN_C = "foreign_xdp.c"
 
@@ -28,6 +28,18 @@ def rx_packets(lab) -> int:
 
 def xdp_state(lab, ifname=None):
     return netlink.query(ifname or lab.dut.ifname, lab.dut.netns)
+
+
+def zerolayer_prog_id(lab, ifname=None) -> int | None:
+    """The id of zerolayer's program on the interface: the one attached, or
+    in libxdp's dispatcher, its own there (named as pyxdp.xdp.parsers names
+    it); None when neither runs."""
+    state = xdp_state(lab, ifname)
+    found = dispatcher.read(state.ifindex, lab.dut.netns) if state.prog_id else None
+    if found is None:
+        return state.prog_id
+    ours = [m.id for m in found.members if parsers.of_program(m.name)]
+    return ours[0] if len(ours) == 1 else None
 
 
 def load_foreign(tmp_path):

@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+"""zerolayer's XDP program as a BPF object built by clang, cached by what
+went into it.
+
+libxdp's dispatcher and XDP multi-buffer need an ELF object with BTF, which
+bcc cannot produce, so the token program is built with `clang -target bpf
+-g`. The object depends on the C sources, the -D values (made from the
+Python definitions, as for bcc), not on the running kernel: the XDP context
+needs no CO-RE. So it is built once, on first use, and kept in
+/var/cache/zerolayer/bpf under the SHA-256 of both, so that clang is needed
+only to build (not by a service whose PATH lacks it); the cache is
+root's alone (each directory checked, the file opened without following a
+link and checked to be root's), and a file is written under a temporary
+name and renamed into place, so a reader never sees half of one.
+"""
+
+import glob
+import hashlib
+import os
+import subprocess
+import tempfile
+
+from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import root_dirs
+
+CACHE = root_dirs.Tree("/var/cache/zerolayer")
+CACHE_DIR = "bpf"
+# Objects kept: one per parser variant and build in use, a few upgrades back.
+KEEP = 8
+
+_CLANG = "/usr/bin/clang"
+# Debian puts the multiarch asm/ headers that linux/bpf.h includes here.
+_MULTIARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
+
+
+def _clang() -> str:
+    """Debian's clang, by its path: root runs it, so never by a PATH
+    someone else may have set."""
+    versioned = sorted(glob.glob(_CLANG + "-[0-9]*"), reverse=True,
+                       key=lambda p: int(p.rsplit("-", 1)[1]) if p.rsplit("-", 1)[1].isdigit() else 0)
+    for path in [_CLANG, *versioned]:
+        if os.access(path, os.X_OK):
+            return path
+    raise ZerolayerError(
+        f"{_CLANG} is not installed, and zerolayer's XDP program is built with it: "
+        "run `bash vagrant/provision.sh` (or `apt-get install clang`)")
+
+
+def _key(source_dir, source: str, flags: list[str]) -> str:
+    digest = hashlib.sha256()
+    digest.update("\0".join(flags).encode())
+    for path in sorted(source_dir.glob("*.[ch]")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(source.encode())
+    return digest.hexdigest()
+
+
+def _read_cached(name: str) -> bytes | None:
+    fd = root_dirs.open_file(CACHE, CACHE_DIR, name, flags=os.O_RDONLY)
+    if fd is None:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def _compile(clang: str, source_path: str, flags: list[str], log_path: str) -> bytes:
+    """Compile into a private temporary directory; the object's bytes."""
+    with tempfile.TemporaryDirectory(prefix="zerolayer-clang-") as tmp:
+        out = os.path.join(tmp, "prog.o")
+        cmd = [clang, "-O2", "-g", "-target", "bpf", "-Wall", "-Wno-unused-function",
+               f"-I{_MULTIARCH_INCLUDE}", *flags, "-c", source_path, "-o", out]
+        with open(log_path, "ab") as log:
+            done = subprocess.run(cmd, stdout=log, stderr=log, check=False)
+        if done.returncode != 0:
+            with open(log_path, errors="replace") as log:
+                lines = [ln.strip() for ln in log if "error:" in ln]
+            first = lines[0] if lines else f"clang exited with {done.returncode}"
+            raise ZerolayerError(f"compiling {os.path.basename(source_path)} failed: {first} "
+                                 f"(full log: {log_path})")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def _store(name: str, image: bytes) -> None:
+    """Write IMAGE as the cache's NAME, atomically."""
+    with CACHE.opened(CACHE_DIR, create=True) as dfd:
+        assert dfd is not None
+        staging = f".{name}.{os.getpid()}"
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(image)
+            os.rename(staging, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            os.unlink(staging, dir_fd=dfd)
+            raise
+        _prune(dfd)
+
+
+def _prune(dfd: int) -> None:
+    """Remove all but the KEEP newest objects (builds of older sources)."""
+    built = []
+    for entry in os.scandir(dfd):
+        if entry.name.endswith(".o") and entry.is_file(follow_symlinks=False):
+            built.append((entry.stat(follow_symlinks=False).st_mtime, entry.name))
+    for _, old in sorted(built, reverse=True)[KEEP:]:
+        os.unlink(old, dir_fd=dfd)
+
+
+def build(source_dir, source: str, flags: list[str], log_path: str) -> tuple[bytes, bool]:
+    """The object of SOURCE in SOURCE_DIR compiled with FLAGS, and whether
+    it came from the cache. Compiler output goes to LOG_PATH."""
+    name = _key(source_dir, source, flags) + ".o"
+    cached = _read_cached(name)
+    if cached is not None:
+        return cached, True
+    image = _compile(_clang(), str(source_dir / source), flags, log_path)
+    _store(name, image)
+    return image, False
