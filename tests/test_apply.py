@@ -186,7 +186,7 @@ def test_exit_codes(lab, tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == (f"zerolayer: {bad}:3: interface[1].port: unknown key "
                                    "(did you mean ports?); known here: name, match, netns, "
-                                   "ports, on_malformed, mode, flows, forward, replace")
+                                   "ports, on_malformed, mode, flows, forward, replace, priority")
     assert apply(str(tmp_path / "none.toml")).returncode == 2
 
     missing = write(tmp_path, lab, 'name = "nosuch0"')

@@ -65,6 +65,7 @@ class _Lib:
         self.close = bind("xdp_program__close", None, _P)
         self.name = bind("xdp_program__name", ctypes.c_char_p, _P)
         self.id = bind("xdp_program__id", ctypes.c_uint32, _P)
+        self.fd = bind("xdp_program__fd", ctypes.c_int, _P)
         self.run_prio = bind("xdp_program__run_prio", ctypes.c_uint, _P)
         self.set_run_prio = bind("xdp_program__set_run_prio", ctypes.c_int, _P, ctypes.c_uint)
         self.attach = bind("xdp_program__attach", ctypes.c_int, _P, ctypes.c_int, ctypes.c_int,
@@ -135,7 +136,8 @@ def attach(obj: libbpf.BpfObject, ifindex: int, mode: str, priority: int,
            netns: str | None) -> int:
     """Put OBJ's XDP program on IFINDEX through libxdp at PRIORITY: into the
     dispatcher there, or one libxdp makes; alone where the kernel cannot
-    run one. Returns its program id; raises OSError as libxdp failed."""
+    run one. Returns an fd of the program attached, the caller's to close;
+    raises OSError as libxdp failed."""
     prog = lib().from_bpf_obj(obj.handle, b"xdp")
     err = _failed(prog)
     if err:
@@ -148,7 +150,7 @@ def attach(obj: libbpf.BpfObject, ifindex: int, mode: str, priority: int,
             rc = lib().attach(prog, ifindex, MODES[mode], 0)
         if rc < 0:
             raise OSError(-rc, os.strerror(-rc))
-        return lib().id(prog)
+        return os.dup(lib().fd(prog))
     finally:
         lib().close(prog)
 

@@ -299,14 +299,13 @@ def _through_libxdp(ifname: str, ins: ownership.Inspection, modes: list[str],
         with compiler.logged("zerolayer-libxdp-") as log_path, \
                 compiler.opened_token(ins.pin_dir, log_path, generation) as (obj, name):
             try:
-                prog_id = dispatcher.attach(obj, ifindex, mode, priority, netns)
+                prog_fd = dispatcher.attach(obj, ifindex, mode, priority, netns)
             except OSError as exc:
                 last = i == len(modes) - 1
                 if mode == "native" and not last and exc.errno in netlink.NATIVE_UNSUPPORTED:
                     note = f"native mode unavailable ({exc.strerror}): using skb mode"
                     continue
                 raise _libxdp_error(ifname, mode, name, exc, log_path) from None
-        prog_fd = bpfsys.prog_fd_by_id(prog_id)
         try:
             _pin_program(prog_fd, ins.pin_dir)
         finally:

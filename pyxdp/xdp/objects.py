@@ -14,6 +14,7 @@ link and checked to be root's), and a file is written under a temporary
 name and renamed into place, so a reader never sees half of one.
 """
 
+import errno
 import glob
 import hashlib
 import os
@@ -110,11 +111,17 @@ def _prune(dfd: int) -> None:
 
 def build(source_dir, source: str, flags: list[str], log_path: str) -> tuple[bytes, bool]:
     """The object of SOURCE in SOURCE_DIR compiled with FLAGS, and whether
-    it came from the cache. Compiler output goes to LOG_PATH."""
+    it came from the cache. Compiler output goes to LOG_PATH. A cache that
+    cannot be written (a read-only root file system, as a container may
+    have) is done without: the object is built each time."""
     name = _key(source_dir, source, flags) + ".o"
     cached = _read_cached(name)
     if cached is not None:
         return cached, True
     image = _compile(_clang(), str(source_dir / source), flags, log_path)
-    _store(name, image)
+    try:
+        _store(name, image)
+    except OSError as exc:
+        if exc.errno != errno.EROFS:
+            raise
     return image, False

@@ -56,16 +56,23 @@ def _pinned_counters_id(pin_dir: str) -> int | None:
         os.close(fd)
 
 
-def _program_info(prog_id: int) -> bpfsys.ProgInfo | None:
+def program_fd(prog_id: int) -> int:
+    """An fd of program PROG_ID (raises FileNotFoundError once it is freed),
+    or a one-line error when reading it is not allowed."""
     try:
-        fd = bpfsys.prog_fd_by_id(prog_id)
-    except FileNotFoundError:  # detached and freed since we asked
-        return None
+        return bpfsys.prog_fd_by_id(prog_id)
     except PermissionError as exc:
         raise ZerolayerError(
             f"cannot read XDP program {prog_id} (BPF_PROG_GET_FD_BY_ID: {exc.strerror}): "
             "it needs CAP_SYS_ADMIN (run as root, or give the service that capability)"
         ) from None
+
+
+def _program_info(prog_id: int) -> bpfsys.ProgInfo | None:
+    try:
+        fd = program_fd(prog_id)
+    except FileNotFoundError:  # detached and freed since we asked
+        return None
     try:
         return bpfsys.prog_info(fd)
     finally:
