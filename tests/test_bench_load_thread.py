@@ -54,8 +54,11 @@ def test_xdp_path_measurement_fails_when_its_generator_thread_dies(attached, orp
     token = TokenProgram(pin_dir=pins.pin_dir(lab.dut.ifname, lab.dut.netns))
     mix = generator.Mix.single(generator.token_mix(lab).templates[0])
     with pytest.raises(ZerolayerError) as excinfo:
-        xdp_path.measure(lab, token, CountProgram(), orphan_generator, mix, rounds=3,
-                         settle_s=0.01, window_s=0.05, chunk=1000)
+        try:
+            xdp_path.measure(lab, token, CountProgram(), orphan_generator, mix, rounds=3,
+                             settle_s=0.01, window_s=0.05, chunk=1000)
+        finally:
+            token.close()
     assert_failed_with_enodev(excinfo)
     # The measurement put zerolayer's program back on dut0 on its way out.
     assert ownership.inspect(lab.dut.ifname, lab.dut.netns).ours

@@ -19,13 +19,18 @@ import pytest
 
 from pyxdp.lab import traffic
 from pyxdp.proto import frames
-from pyxdp.xdp import dispatcher
-from support.xdp_helpers import flat_counters, xdp_state
+from pyxdp.xdp import dispatcher, parsers
+from support.xdp_helpers import flat_counters, one_line_error, xdp_state
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
 FILTERED = 7777  # the UDP port xdp-filter drops
 XDPFILT = "xdpfilt_alw_all"  # the program xdp-filter loads by default, at priority 10
+
+
+def zl() -> str:
+    """zerolayer's program, as this kernel's parser build names it (spec §1.7)."""
+    return parsers.PROGRAM_NAMES[parsers.for_this_kernel()]
 
 
 def tool(lab, *args, check=True) -> str:
@@ -93,11 +98,11 @@ def test_zerolayer_first_then_xdp_filter_both_work_and_leave_alone(cli, filtered
                                                                    record_property):
     lab = filtered
     first = attach(cli, lab)
-    assert [(m["name"], m["priority"]) for m in first["dispatcher"]] == [("zerolayer_xdp", 20)]
+    assert [(m["name"], m["priority"]) for m in first["dispatcher"]] == [(zl(), 20)]
     load_filter(lab)
-    assert members(lab) == [XDPFILT, "zerolayer_xdp"], "the filter (10) runs first"
+    assert members(lab) == [XDPFILT, zl()], "the filter (10) runs first"
     status = tool(lab, "xdp-loader", "status", lab.dut.ifname)
-    assert "xdp_dispatcher" in status and "zerolayer_xdp" in status and XDPFILT in status
+    assert "xdp_dispatcher" in status and zl() in status and XDPFILT in status
 
     send_both(lab)
     assert flat_counters(cli, lab)["token_datagrams"] == 5
@@ -108,6 +113,8 @@ def test_zerolayer_first_then_xdp_filter_both_work_and_leave_alone(cli, filtered
     assert members(lab) == [XDPFILT]
     send_both(lab)
     assert filter_hits(lab) == 10
+    line = one_line_error(cli("detach", lab.dut.ifname, "--netns", lab.dut.netns))
+    assert f"libxdp's dispatcher there runs {XDPFILT}, none of them zerolayer's" in line
     record_property("seen", "beside xdp-filter, either order")
 
 
@@ -120,7 +127,7 @@ def test_xdp_filter_first_then_zerolayer_both_work_and_leave_alone(cli, filtered
     result = attach(cli, lab)
     assert result["action"] == "attached", "joining replaces nothing"
     assert [(m["name"], m["owner"]) for m in result["dispatcher"]] == [
-        (XDPFILT, "foreign"), ("zerolayer_xdp", "zerolayer")]
+        (XDPFILT, "foreign"), (zl(), "zerolayer")]
 
     send_both(lab)
     assert flat_counters(cli, lab)["token_datagrams"] == 5
@@ -128,7 +135,7 @@ def test_xdp_filter_first_then_zerolayer_both_work_and_leave_alone(cli, filtered
 
     # xdp-filter leaves: zerolayer stays, and still counts
     tool(lab, "xdp-filter", "unload", lab.dut.ifname)
-    assert members(lab) == ["zerolayer_xdp"]
+    assert members(lab) == [zl()]
     send_both(lab)
     assert flat_counters(cli, lab)["token_datagrams"] == 10
     record_property("seen", "beside xdp-filter, either order")
@@ -142,7 +149,7 @@ def test_upgrade_in_place_inside_the_dispatcher(cli, filtered):
     send_both(lab)
     second = attach(cli, lab, "--port", str(frames.DEFAULT_PORT), "--port", "9978")
     assert second["action"] == "upgraded" and second["program_id"] != first["program_id"]
-    assert members(lab) == [XDPFILT, "zerolayer_xdp"], "one zerolayer program, the filter kept"
+    assert members(lab) == [XDPFILT, zl()], "one zerolayer program, the filter kept"
     assert second["ports"] == [frames.DEFAULT_PORT, 9978] and second["priority"] == 20
     send_both(lab)
     assert flat_counters(cli, lab)["token_datagrams"] == 10, "the counters carried over"
@@ -154,12 +161,12 @@ def test_priority_places_zerolayer_before_the_filter(cli, filtered):
     load_filter(lab)
     result = attach(cli, lab, "--priority", "5")
     assert [(m["name"], m["priority"]) for m in result["dispatcher"]] == [
-        ("zerolayer_xdp", 5), (XDPFILT, 10)]
+        (zl(), 5), (XDPFILT, 10)]
     # an upgrade keeps it unless told
     assert attach(cli, lab)["priority"] == 5
     status = cli("status", lab.dut.ifname, "--netns", lab.dut.netns, check=True).stdout
     assert "libxdp's dispatcher runs, in this order: " in status
-    assert status.index("zerolayer_xdp (id") < status.index(XDPFILT)
+    assert status.index(f"{zl()} (id") < status.index(XDPFILT)
     # first, it still passes on what is not its own
     send_both(lab)
     assert flat_counters(cli, lab)["token_datagrams"] == 5
@@ -181,11 +188,11 @@ def test_zerolayer_and_xdp_loader_at_once(cli, filtered):
                               f"{objects}/{XDPFILT}.o", check=False)
     t.join(60)
     assert done["zerolayer"].returncode == 0, done["zerolayer"].stderr
-    assert sorted(members(lab)) == sorted(["zerolayer_xdp", XDPFILT]), done["xdp-loader"]
+    assert sorted(members(lab)) == sorted([zl(), XDPFILT]), done["xdp-loader"]
     tool(lab, "xdp-loader", "unload", lab.dut.ifname, "--id",
          str(next(m.id for m in dispatcher.read(xdp_state(lab).ifindex, lab.dut.netns).members
                   if m.name == XDPFILT)))
-    assert members(lab) == ["zerolayer_xdp"]
+    assert members(lab) == [zl()]
 
 
 @pytest.mark.smoke

@@ -31,6 +31,7 @@ over every frame (generator.Mix's rewrite): XDP forwarding changes the
 frame in place, in a page the generator recycles.
 """
 
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -74,11 +75,14 @@ def measure(*, rounds: int, settle_s: float, window_s: float, chunk: int) -> dic
             loader.attach(lab.router_in.ifname, mode=MODE, forward=True, netns=ns_rtr)
             try:
                 router = TokenProgram(pin_dir=pins.pin_dir(lab.router_in.ifname, ns_rtr))
-                gen = generator.LiveGenerator(lab.sender.ifname, lab.sender.netns)
-                mix = generator.token_mix(lab.path, frames_per_datagram=FRAMES_PER_DATAGRAM,
-                                          payload_sizes=(PAYLOAD_SIZE,), rewrite=True)
-                return _rounds(lab, sink, router, floor, gen, mix, rounds=rounds,
-                               settle_s=settle_s, window_s=window_s, chunk=chunk)
+                try:
+                    gen = generator.LiveGenerator(lab.sender.ifname, lab.sender.netns)
+                    mix = generator.token_mix(lab.path, frames_per_datagram=FRAMES_PER_DATAGRAM,
+                                              payload_sizes=(PAYLOAD_SIZE,), rewrite=True)
+                    return _rounds(lab, sink, router, floor, gen, mix, rounds=rounds,
+                                   settle_s=settle_s, window_s=window_s, chunk=chunk)
+                finally:
+                    router.close()
             finally:
                 loader.detach(lab.router_in.ifname, ns_rtr)
     finally:
@@ -89,11 +93,16 @@ def measure(*, rounds: int, settle_s: float, window_s: float, chunk: int) -> dic
 def _rounds(lab: "RoutedLab", sink: "CountProgram", router: "TokenProgram",
             floor: "PassProgram", gen, mix, *, rounds: int, settle_s: float, window_s: float,
             chunk: int) -> dict:
+    from pyxdp.kernel import bpfsys
     from pyxdp.xdp import netlink
 
     ns = lab.router_in.netns
     state = netlink.query(lab.router_in.ifname, ns)
-    programs = {"xdp": router.prog_fd, "kernel": floor.prog_fd, "kernel_judged": router.prog_fd}
+    assert state.prog_id is not None, "the bench attached zerolayer"
+    # What attach put there: zerolayer's program, or libxdp's dispatcher with
+    # it inside (ROUTER is a second load of it, for its maps).
+    zerolayer_fd = bpfsys.prog_fd_by_id(state.prog_id)
+    programs = {"xdp": zerolayer_fd, "kernel": floor.prog_fd, "kernel_judged": zerolayer_fd}
     attached = "xdp"
 
     def become(way: str) -> None:
@@ -127,6 +136,7 @@ def _rounds(lab: "RoutedLab", sink: "CountProgram", router: "TokenProgram",
                     rates["xdp"] / rates["kernel_judged"] if rates["kernel_judged"] else 0.0)
     finally:
         become("xdp")
+        os.close(zerolayer_fd)
     router_after = router.maps.read_counters()
     sent = load.result or 0  # None only if the load failed, which raised above
     return {**out, "mode": MODE, "generator_pps": sent / load.elapsed_s, "generator_sent": sent,

@@ -165,9 +165,12 @@ def _measure_on_lab(chosen: list[Section], plan: Plan, progress: Progress,
         loader.attach(lab.dut.ifname, mode=MODE, netns=lab.dut.netns)
         try:
             token = TokenProgram(pin_dir=pins.pin_dir(lab.dut.ifname, lab.dut.netns))
-            return {s.name: s.measure(plan.sections[s.name],
-                                      Rig(lab, token, gen, prepared.get(s.name)), progress)
-                    for s in chosen}
+            try:
+                return {s.name: s.measure(plan.sections[s.name],
+                                          Rig(lab, token, gen, prepared.get(s.name)), progress)
+                        for s in chosen}
+            finally:
+                token.close()
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
 

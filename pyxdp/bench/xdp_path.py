@@ -19,6 +19,7 @@ dut0 saw are reported too: if dut0 saw fewer than were sent, the veth ring
 overflowed and the receiver, not the generator, set the pace.
 """
 
+import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -79,11 +80,16 @@ def measure(lab, token_program, count_program: "CountProgram", gen, mix, *, roun
             settle_s: float, window_s: float, chunk: int = CHUNK) -> dict:
     """Per-round lists of zerolayer_dps, pass_counter_dps and their ratio,
     plus the generator's rate and the share of its frames that dut0 saw."""
+    from pyxdp.kernel import bpfsys
     from pyxdp.xdp import netlink
 
     state = netlink.query(lab.dut.ifname, lab.dut.netns)
+    assert state.prog_id is not None, "the bench attached zerolayer"
+    # What attach put there: zerolayer's program, or libxdp's dispatcher with
+    # it inside, which is then part of what is measured.
+    attached_fd = bpfsys.prog_fd_by_id(state.prog_id)
     contenders = {
-        "zerolayer": (token_program.prog_fd, lambda: token_program.maps.read_counters()["packets"]),
+        "zerolayer": (attached_fd, lambda: token_program.maps.read_counters()["packets"]),
         "pass_counter": (count_program.prog_fd, count_program.packets),
     }
     out: dict[str, list[float]] = {"zerolayer_dps": [], "pass_counter_dps": [], "ratio": []}
@@ -112,6 +118,7 @@ def measure(lab, token_program, count_program: "CountProgram", gen, mix, *, roun
                                     if rates["pass_counter"] else 0.0)
     finally:
         swap_to("zerolayer")
+        os.close(attached_fd)
     # One program was attached at any moment (swaps are atomic), so together
     # they saw every frame that reached dut0.
     seen = sum(count() - before[name] for name, (_, count) in contenders.items())

@@ -13,6 +13,7 @@ import errno
 import functools
 import os
 import platform
+import resource
 import struct
 from dataclasses import dataclass
 
@@ -49,8 +50,24 @@ def _nr() -> int:
     return _SYS_BPF[machine]
 
 
+@functools.cache
+def lift_memlock() -> None:
+    """Before Linux 5.11 the kernel charges BPF maps and programs to the
+    user's RLIMIT_MEMLOCK, whose default (8 MiB) the maps of an attachment
+    or two use up: lift this process's limit, to infinity where it may (as
+    bcc and libbpf do), else to its hard limit. Once per process."""
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY,) * 2)
+    except (ValueError, OSError):
+        _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, (hard, hard))
+
+
 def bpf(cmd: int, attr: ctypes.Array) -> int:
     """Run one bpf(2) command; raise OSError with errno on failure."""
+    if cmd in (BPF_MAP_CREATE, BPF_PROG_LOAD):
+        lift_memlock()
     ret = _libc.syscall(_nr(), ctypes.c_int(cmd), attr, ctypes.c_uint(len(attr)))
     if ret < 0:
         err = ctypes.get_errno()

@@ -170,14 +170,9 @@ class Loaded:
     map_fds: dict[str, int] = field(default_factory=dict)
     # every loaded function's fd, FUNCTION's and ALSO's
     prog_fds: dict[str, int] = field(default_factory=dict)
-    # fds of maps made outside bcc, closed with it
-    own_fds: list[int] = field(default_factory=list)
 
     def close(self) -> None:
         self.bpf.cleanup()
-        for fd in self.own_fds:
-            os.close(fd)
-        self.own_fds = []
 
 
 def token_flags(variant: str) -> tuple[str, ...]:
@@ -208,8 +203,7 @@ def token_object(variant: str, log_path: str) -> bytes:
     src = source_dir()
     flags = [f"-I{src}", f"-I{src / CLANG_INCLUDE}", *define_flags(shared_defines()),
              *token_flags(variant)]
-    image, _ = objects.build(src, TOKEN_SOURCE, flags, log_path)
-    return image
+    return objects.build(src, TOKEN_SOURCE, flags, log_path)
 
 
 @contextlib.contextmanager

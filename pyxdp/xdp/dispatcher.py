@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.xdp import libbpf
 
@@ -138,6 +139,7 @@ def attach(obj: libbpf.BpfObject, ifindex: int, mode: str, priority: int,
     dispatcher there, or one libxdp makes; alone where the kernel cannot
     run one. Returns an fd of the program attached, the caller's to close;
     raises OSError as libxdp failed."""
+    bpfsys.lift_memlock()  # libxdp loads a dispatcher
     prog = lib().from_bpf_obj(obj.handle, b"xdp")
     err = _failed(prog)
     if err:
@@ -158,6 +160,7 @@ def attach(obj: libbpf.BpfObject, ifindex: int, mode: str, priority: int,
 def detach(prog_id: int, ifindex: int, mode: str, netns: str | None) -> None:
     """Take program PROG_ID out of IFINDEX's dispatcher (libxdp removes the
     dispatcher with its last program). Raises OSError as libxdp failed."""
+    bpfsys.lift_memlock()  # libxdp loads the dispatcher without it
     prog = lib().from_id(prog_id)
     err = _failed(prog)
     if err:

@@ -15,6 +15,7 @@ import errno
 import os
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import bpfsys
 
 LIBBPF = "libbpf.so.1"
 
@@ -106,6 +107,7 @@ class BpfObject:
     def load(self, programs: bool = True) -> None:
         """Make (or reuse) the maps and load every program (none, unless
         PROGRAMS): raises OSError."""
+        bpfsys.lift_memlock()  # libbpf would only where it finds no memcg accounting
         if not programs:
             prog = lib().next_program(self._obj, None)
             while prog:

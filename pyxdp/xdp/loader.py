@@ -2,9 +2,10 @@
 """attach and detach: build, load, configure, attach, pin.
 
 The order matters. Each command holds the interface's lock throughout
-(iface_lock.py). On a first attach the program is loaded alone once to make
-and pin its maps, and the configuration is written into them before any
-program is attached, so it never sees an empty port set; then libxdp
+(iface_lock.py). On a first attach the maps are made and pinned first (the
+object loaded without its program), and the configuration is written into
+them before any program is attached, so it never sees an empty port set;
+then libxdp
 attaches it (pyxdp.xdp.dispatcher): into the dispatcher on the interface,
 or one it makes, or alone where the kernel cannot run one. An upgrade
 reuses the pinned maps (counters, configuration, AF_XDP registrations carry
@@ -359,9 +360,14 @@ def _detach_locked(ifname: str, netns: str | None) -> DetachResult:
         return DetachResult(ifname, netns, "removed_stale_pins", None, stale)
     assert ins is not None  # not stale: it could be read
     if not ins.ours:
-        extra = (f": it runs '{ins.program.name}' (id {ins.program.id}), not loaded by "
-                 f"zerolayer; remove it with {_foreign_removal(ifname, ins.state.mode, netns)}"
-                 if ins.program else "")
+        if ins.dispatcher is not None:
+            names = ", ".join(m.name for m in ins.dispatcher.members) or "no program"
+            extra = f": libxdp's dispatcher there runs {names}, none of them zerolayer's"
+        elif ins.program:
+            extra = (f": it runs '{ins.program.name}' (id {ins.program.id}), not loaded by "
+                     f"zerolayer; remove it with {_foreign_removal(ifname, ins.state.mode, netns)}")
+        else:
+            extra = ""
         raise ZerolayerError(f"zerolayer is not attached to {ifname}{extra}")
 
     prog = ins.program

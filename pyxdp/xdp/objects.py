@@ -109,19 +109,19 @@ def _prune(dfd: int) -> None:
         os.unlink(old, dir_fd=dfd)
 
 
-def build(source_dir, source: str, flags: list[str], log_path: str) -> tuple[bytes, bool]:
-    """The object of SOURCE in SOURCE_DIR compiled with FLAGS, and whether
-    it came from the cache. Compiler output goes to LOG_PATH. A cache that
+def build(source_dir, source: str, flags: list[str], log_path: str) -> bytes:
+    """The object of SOURCE in SOURCE_DIR compiled with FLAGS, from the
+    cache when it is there. Compiler output goes to LOG_PATH. A cache that
     cannot be written (a read-only root file system, as a container may
     have) is done without: the object is built each time."""
     name = _key(source_dir, source, flags) + ".o"
     cached = _read_cached(name)
     if cached is not None:
-        return cached, True
+        return cached
     image = _compile(_clang(), str(source_dir / source), flags, log_path)
     try:
         _store(name, image)
     except OSError as exc:
         if exc.errno != errno.EROFS:
             raise
-    return image, False
+    return image

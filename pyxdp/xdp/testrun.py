@@ -4,16 +4,18 @@ BPF_PROG_TEST_RUN, as Katran tests its balancer.
 
 By default the program is loaded with private maps (nothing pinned,
 nothing attached), so runs are isolated from any interface. Given a pin dir,
-it is the program zerolayer attached there, with its maps: no second compile.
+it is the same object loaded once more with the maps pinned there, of the
+generation in effect, so it acts as the attached one does: the attached one
+may be an extension inside libxdp's dispatcher, which BPF_PROG_TEST_RUN
+does not run.
 """
 
-import os
 from dataclasses import dataclass
 
 from pyxdp.kernel import bpfsys
 from pyxdp.proto import counters
 from pyxdp.proto.frames import DEFAULT_PORT
-from pyxdp.xdp import compiler, pins
+from pyxdp.xdp import compiler
 from pyxdp.xdp.maps import ZerolayerMaps
 
 ACTIONS = {0: "XDP_ABORTED", 1: "XDP_DROP", 2: "XDP_PASS", 3: "XDP_TX", 4: "XDP_REDIRECT"}
@@ -31,20 +33,25 @@ class Outcome:
 
 
 class TokenProgram:
-    """zerolayer's XDP program for test runs: compiled here with PORTS and
-    ON_MALFORMED, or the one attached with pins in PIN_DIR, as configured."""
+    """zerolayer's XDP program for test runs: loaded here with PORTS and
+    ON_MALFORMED, or with the maps pinned in PIN_DIR, as configured there.
+    close() when done."""
 
     def __init__(self, ports=(DEFAULT_PORT,), on_malformed: str = "drop",
                  pin_dir: str | None = None):
         if pin_dir:
-            self._loaded = None
-            self.prog_fd = bpfsys.obj_get(os.path.join(pin_dir, pins.PROG))
-            self.maps = ZerolayerMaps.open_pinned(pin_dir)
-            return
-        self._loaded = compiler.load_token()
+            with ZerolayerMaps.open_pinned(pin_dir) as pinned:
+                generation = pinned.generation()
+            self._loaded = compiler.load_token(pin_dir, generation)
+        else:
+            self._loaded = compiler.load_token()
         self.prog_fd = self._loaded.prog_fd
         self.maps = ZerolayerMaps.from_fds(self._loaded.map_fds)
-        self.configure(ports, on_malformed)
+        if not pin_dir:
+            self.configure(ports, on_malformed)
+
+    def close(self) -> None:
+        self._loaded.close()
 
     def configure(self, ports, on_malformed: str) -> None:
         self.maps.set_ports(ports)

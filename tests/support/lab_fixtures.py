@@ -84,7 +84,9 @@ def token_program():
     """zerolayer's XDP program with private maps, for BPF_PROG_TEST_RUN."""
     from pyxdp.xdp.testrun import TokenProgram
 
-    return TokenProgram()
+    program = TokenProgram()
+    yield program
+    program.close()
 
 
 @pytest.fixture
