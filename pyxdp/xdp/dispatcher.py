@@ -36,9 +36,10 @@ LIBXDP = "libxdp.so.1"
 MODES = {"native": 1, "skb": 2}
 MODE_NAMES = {v: k for k, v in MODES.items()}
 DISPATCHER_NAME = "xdp_dispatcher"  # the dispatcher's program name (libxdp)
-# zerolayer's place in it unless told (lower runs first; libxdp's own
-# default is 50): before the filters that pass traffic on, as a program
-# that takes only its own datagrams.
+# zerolayer's place in it unless told (lower runs first): after xdp-filter,
+# whose programs ask for 10, so a firewall still sees everything first, and
+# before programs at libxdp's default of 50, since zerolayer takes only its
+# own datagrams and passes the rest on.
 DEFAULT_PRIORITY = 20
 MAX_PRIORITY = 2**31 - 1  # libxdp takes an unsigned int
 

@@ -4,6 +4,7 @@ attached, its program under BPF_PROG_TEST_RUN. Names carry this process's
 pid, so parallel runs never collide and leftovers of a killed run can be
 swept; everything made is removed, on failure too."""
 
+import contextlib
 import os
 
 import pytest
@@ -25,12 +26,22 @@ def _ours() -> set[str]:
     return {n for n in names if n.startswith(prefix)}
 
 
+# libxdp's lock and dispatcher state, which it makes on its first attach and
+# leaves behind, as it does for xdp-loader (pyxdp.xdp.dispatcher).
+LIBXDP_DIR = "/sys/fs/bpf/xdp"
+
+
 @pytest.fixture(autouse=True, scope="session")
 def no_leftovers():
-    """Fail the run if any test left a namespace or a pin dir behind."""
+    """Fail the run if any test left a namespace or a pin dir behind; take
+    libxdp's directory away again if the run made it and it is empty."""
+    libxdp_dir_before = os.path.exists(LIBXDP_DIR)
     yield
     if os.geteuid() != 0:
         return  # an ordinary user made nothing to leave behind
+    if not libxdp_dir_before:
+        with contextlib.suppress(OSError):  # not empty: someone else's state is there
+            os.rmdir(LIBXDP_DIR)
     left = _ours()
     for name in left:  # clean up anyway, then report
         veth_lab.netns.remove(name)
