@@ -4,6 +4,7 @@ runs it: modes, foreign programs, in-place upgrade, pins, fresh processes."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -65,6 +66,9 @@ def test_auto_mode_falls_back_to_skb_and_says_why(cli, lab, record_property):
 def test_native_mode_where_unsupported_is_one_line(cli, lab):
     line = one_line_error(cli("attach", "lo", "--netns", lab.dut.netns, "--mode", "native"))
     assert "--mode skb" in line
+    log = re.search(r"\(log: (\S+)\)", line)
+    assert log, "the line names the log it kept"
+    os.unlink(log.group(1))
     assert xdp_state(lab, "lo").prog_id is None
     assert not os.path.exists(pins.pin_dir("lo", lab.dut.netns)), "a failed attach left pins"
 
