@@ -23,11 +23,11 @@ they have to say to fd 2: callers point it at a log (compiler.stderr_to).
 
 import ctypes
 import errno
+import functools
 import os
 from dataclasses import dataclass
 
-from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import bpfsys
+from pyxdp.kernel import bpfsys, clib
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.xdp import libbpf
 
@@ -48,18 +48,10 @@ _P = ctypes.c_void_p
 
 class _Lib:
     def __init__(self) -> None:
-        try:
-            lib = ctypes.CDLL(LIBXDP, use_errno=True)
-        except OSError:
-            raise ZerolayerError(
-                f"{LIBXDP} is missing: install libxdp1 (`bash vagrant/provision.sh` does)"
-            ) from None
+        lib = clib.open_library(LIBXDP, "libxdp1")
 
         def bind(name, restype, *argtypes):
-            func = getattr(lib, name)
-            func.restype = restype
-            func.argtypes = list(argtypes)
-            return func
+            return clib.bind(lib, name, restype, *argtypes)
 
         self.get_error = bind("libxdp_get_error", ctypes.c_long, _P)
         self.from_bpf_obj = bind("xdp_program__from_bpf_obj", _P, _P, ctypes.c_char_p)
@@ -81,14 +73,9 @@ class _Lib:
         self.mp_close = bind("xdp_multiprog__close", None, _P)
 
 
-_lib: _Lib | None = None
-
-
+@functools.cache
 def lib() -> _Lib:
-    global _lib
-    if _lib is None:
-        _lib = _Lib()
-    return _lib
+    return _Lib()
 
 
 def _failed(ptr) -> int:

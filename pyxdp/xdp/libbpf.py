@@ -12,10 +12,11 @@ points fd 2 at a log file while it loads (pyxdp.xdp.compiler).
 
 import ctypes
 import errno
+import functools
 import os
 
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import bpfsys
+from pyxdp.kernel import bpfsys, clib
 
 LIBBPF = "libbpf.so.1"
 
@@ -24,18 +25,10 @@ _P = ctypes.c_void_p
 
 class _Lib:
     def __init__(self) -> None:
-        try:
-            lib = ctypes.CDLL(LIBBPF, use_errno=True)
-        except OSError:
-            raise ZerolayerError(
-                f"{LIBBPF} is missing: install libbpf1 (`bash vagrant/provision.sh` does)"
-            ) from None
+        lib = clib.open_library(LIBBPF, "libbpf1")
 
         def bind(name, restype, *argtypes):
-            func = getattr(lib, name)
-            func.restype = restype
-            func.argtypes = list(argtypes)
-            return func
+            return clib.bind(lib, name, restype, *argtypes)
 
         self.open_mem = bind("bpf_object__open_mem", _P, ctypes.c_char_p, ctypes.c_size_t, _P)
         self.find_map = bind("bpf_object__find_map_by_name", _P, _P, ctypes.c_char_p)
@@ -52,14 +45,9 @@ class _Lib:
                                       ctypes.c_char_p, ctypes.c_size_t)
 
 
-_lib: _Lib | None = None
-
-
+@functools.cache
 def lib() -> _Lib:
-    global _lib
-    if _lib is None:
-        _lib = _Lib()
-    return _lib
+    return _Lib()
 
 
 def _check(rc: int, what: str) -> None:

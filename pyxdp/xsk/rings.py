@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import clib
 from pyxdp.xsk import core
 
 LIBXDP = "libxdp.so.1"
@@ -61,32 +62,25 @@ _RING_P = ctypes.POINTER(_XskRing)
 _U32_P = ctypes.POINTER(ctypes.c_uint32)
 
 
-def _bind(lib, name, restype, *argtypes):
-    func = getattr(lib, name)
-    func.restype = restype
-    func.argtypes = list(argtypes)
-    return func
-
-
 class _LibXdp:
     """The exported ring helpers of libxdp (>= 1.2) that pyxdp.xsk uses."""
 
     def __init__(self):
         try:
             lib = ctypes.CDLL(LIBXDP)
-            self.cons_peek = _bind(lib, "xsk_ring_cons__peek", ctypes.c_uint32,
+            self.cons_peek = clib.bind(lib, "xsk_ring_cons__peek", ctypes.c_uint32,
                                    _RING_P, ctypes.c_uint32, _U32_P)
         except (OSError, AttributeError):
             raise ZerolayerError(
                 "libxdp 1.2 or later is needed for AF_XDP rings: install libxdp1 "
                 "(vagrant/provision.sh does)"
             ) from None
-        self.cons_release = _bind(lib, "xsk_ring_cons__release", None, _RING_P, ctypes.c_uint32)
-        self.prod_reserve = _bind(lib, "xsk_ring_prod__reserve", ctypes.c_uint32,
+        self.cons_release = clib.bind(lib, "xsk_ring_cons__release", None, _RING_P, ctypes.c_uint32)
+        self.prod_reserve = clib.bind(lib, "xsk_ring_prod__reserve", ctypes.c_uint32,
                                   _RING_P, ctypes.c_uint32, _U32_P)
-        self.prod_submit = _bind(lib, "xsk_ring_prod__submit", None, _RING_P, ctypes.c_uint32)
-        self.prod_needs_wakeup = _bind(lib, "xsk_ring_prod__needs_wakeup", ctypes.c_int, _RING_P)
-        self.prod_nb_free = _bind(lib, "xsk_prod_nb_free", ctypes.c_uint32, _RING_P,
+        self.prod_submit = clib.bind(lib, "xsk_ring_prod__submit", None, _RING_P, ctypes.c_uint32)
+        self.prod_needs_wakeup = clib.bind(lib, "xsk_ring_prod__needs_wakeup", ctypes.c_int, _RING_P)
+        self.prod_nb_free = clib.bind(lib, "xsk_prod_nb_free", ctypes.c_uint32, _RING_P,
                                   ctypes.c_uint32)
 
 
