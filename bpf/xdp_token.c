@@ -14,6 +14,9 @@
 #include "zl_csum.h"
 #include "zl_flows.h"
 #include "zl_forward.h"
+#if ZL_HAVE_XDP_LOAD_BYTES
+#include "zl_buffers.h"
+#endif
 
 #if !defined(ZL_XDP_PROGRAM) || !defined(ZL_XDP_PRIORITY)
 #error "ZL_XDP_PROGRAM and ZL_XDP_PRIORITY are defined by the loader (docs/spec.md section 7.2)"
@@ -43,8 +46,10 @@ static __always_inline int zl_malformed(struct xdp_md *ctx, struct zl_counters *
 	__u32 zero = 0;
 	struct zl_config *cfg;
 
+	/* The mask is for 6.1's verifier, which cannot bound a reason that a
+	 * global function wrote (zl_buffers.h) from these tests alone. */
 	if (reason >= ZL_SHORT_HEADER && reason <= ZL_REASONS)
-		c->malformed[reason - 1]++;
+		c->malformed[zl_bound(reason - 1, 7)]++;
 	cfg = bpf_map_lookup_elem(&zl_config, &zero);
 	if (cfg && cfg->on_malformed == ZL_MALFORMED_PASS &&
 	    !((cfg->flags & ZL_CONFIG_FORWARD) && zl_routed_on(ctx))) {
@@ -73,7 +78,7 @@ static __always_inline void zl_track_flow(struct xdp_md *ctx, const struct zl_wa
 	/* Recounted here, not shared with the counters' update: sharing kept
 	 * five values alive (on the stack) on every token datagram. */
 	zl_opaque(w.type_counts);
-	if (zl_parse_udp(data, data_end, &udp) != ZL_L4_UDP ||
+	if (zl_parse_udp(data, data_end, &udp) < ZL_L4_UDP ||
 	    zl_flow_key(data, data_end, &udp, &key))
 		return;
 	now = bpf_ktime_get_ns();
@@ -108,11 +113,20 @@ static __always_inline int zl_is_token_port(__u32 port)
 	return in_set && *in_set;
 }
 
+/* Whether the socket registered for QUEUE takes packets in several
+ * buffers (zl_maps.h). */
+static __always_inline int zl_takes_buffers(__u32 queue)
+{
+	__u8 *sg = bpf_map_lookup_elem(&zl_xsks_sg, &queue);
+
+	return sg && *sg;
+}
+
 /* What the packet is: ZL_L4_OTHER, ZL_L4_FRAGMENT, or ZL_L4_UDP for a
- * datagram to a token port, walked into *W. A datagram whose frames are
- * valid has its UDP checksum checked too: wrong, it is malformed
- * (ZL_BAD_CHECKSUM); right, *CHECK is what zl_csum_check() says to write
- * before it leaves. */
+ * datagram to a token port, walked into *W (ZL_L4_UDP_LONG when it goes on
+ * past the first buffer). A datagram whose frames are valid has its UDP
+ * checksum checked too: wrong, it is malformed (ZL_BAD_CHECKSUM); right,
+ * *CHECK is what zl_csum_check() says to write before it leaves. */
 static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w, __u32 *check)
 {
 	void *data = (void *)(long)ctx->data;
@@ -121,11 +135,15 @@ static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w, __
 	int kind;
 
 	kind = zl_parse_udp(data, data_end, &udp);
-	if (kind != ZL_L4_UDP)
+	if (kind < ZL_L4_UDP)
 		return kind;
 	if (!zl_is_token_port(udp.dport))
 		return ZL_L4_OTHER;
-	zl_walk_frames(ctx, data, data_end, udp.payload_off, udp.payload_end, w);
+#if ZL_HAVE_XDP_LOAD_BYTES
+	if (kind == ZL_L4_UDP_LONG)
+		return zl_judge_buffers(ctx, &udp, w, check);
+#endif
+	zl_walk_frames(ctx, data, data_end, udp.payload_off, udp.payload_end, w, 1);
 	if (w->reason == ZL_VALID) {
 		int rc = zl_csum_check(ctx, &udp);
 
@@ -140,7 +158,13 @@ static __always_inline int zl_classify(struct xdp_md *ctx, struct zl_walk *w, __
 /* Named by the loader: zerolayer_xdp for the full parser, another name for
  * the direct one, so the kernel's name of the program says which runs
  * (pyxdp.xdp.parsers). */
+/* The full parser judges packets in several buffers, so it may be loaded
+ * where they arrive (xdp.frags: jumbo frames on veth, virtio_net...). */
+#if ZL_HAVE_XDP_LOAD_BYTES
+SEC("xdp.frags")
+#else
 SEC("xdp")
+#endif
 int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 {
 	struct zl_counters *c;
@@ -163,7 +187,7 @@ int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 		c->fragments++;
 		return XDP_PASS;
 	}
-	if (kind != ZL_L4_UDP)
+	if (kind < ZL_L4_UDP)
 		goto other;
 	if (walk.reason != ZL_VALID) {
 #if !ZL_HAVE_XDP_LOAD_BYTES
@@ -199,6 +223,11 @@ int ZL_XDP_PROGRAM(struct xdp_md *ctx)
 	queue = ctx->rx_queue_index;
 	if (!bpf_map_lookup_elem(&zl_xsks, &queue)) {
 		c->fallback_passed++;
+		return XDP_PASS;
+	}
+	/* Another socket would drop a packet in several buffers. */
+	if (kind == ZL_L4_UDP_LONG && !zl_takes_buffers(queue)) {
+		c->multi_buffer_passed++;
 		return XDP_PASS;
 	}
 	action = bpf_redirect_map(&zl_xsks, queue, XDP_PASS);

@@ -175,6 +175,23 @@ static __always_inline int zl_csum_pseudo(void *data, void *data_end,
 	return 0;
 }
 
+/* What zl_csum_check() says of a datagram whose checksum FIELD is not
+ * zero, from the sums of its pseudo-header and of its bytes. */
+static __always_inline int zl_csum_verdict(__u32 field, __u64 pseudo, __u64 bytes)
+{
+	__u32 whole = zl_csum_fold(pseudo + bytes);
+
+	if (whole == 0xffff)
+		return 0;
+	if (field != zl_csum_fold(pseudo))
+		return ZL_CSUM_BAD;
+	/* A partial sum: the device would have summed from the UDP header on,
+	 * the field (the pseudo-header's part) included, and written the
+	 * complement. */
+	whole = ~zl_csum_fold(bytes) & 0xffff;
+	return whole ? whole : 0xffff;
+}
+
 /* Checks the UDP checksum of the datagram UDP found in CTX's packet:
  * ZL_CSUM_BAD when it is wrong; otherwise the checksum to write before the
  * datagram leaves this host (network order, never 0) when it holds only the
@@ -188,7 +205,7 @@ static __always_inline int zl_csum_check(struct xdp_md *ctx, const struct zl_udp
 	__u64 ulen = udp->payload_end - udp->payload_off + sizeof(struct udphdr);
 	struct udphdr *uh = data + l4_off;
 	__u64 pseudo, bytes;
-	__u32 field, whole;
+	__u32 field;
 
 	if ((void *)(uh + 1) > data_end)
 		return ZL_CSUM_BAD;
@@ -199,16 +216,7 @@ static __always_inline int zl_csum_check(struct xdp_md *ctx, const struct zl_udp
 	if (zl_csum_pseudo(data, data_end, udp, uh->len, &pseudo) ||
 	    zl_csum_bytes(data, data_end, l4_off, ulen, &bytes))
 		return ZL_CSUM_BAD;
-	whole = zl_csum_fold(pseudo + bytes);
-	if (whole == 0xffff)
-		return 0;
-	if (field != zl_csum_fold(pseudo))
-		return ZL_CSUM_BAD;
-	/* A partial sum: the device would have summed from the UDP header on,
-	 * the field (the pseudo-header's part) included, and written the
-	 * complement. */
-	whole = ~zl_csum_fold(bytes) & 0xffff;
-	return whole ? whole : 0xffff;
+	return zl_csum_verdict(field, pseudo, bytes);
 }
 
 /* Writes CHECK (from zl_csum_check, non-zero) into the datagram's UDP

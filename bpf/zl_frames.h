@@ -24,7 +24,9 @@ struct zl_walk {
 };
 
 /* Walks the frames in [off, end), packet offsets; END is within the packet.
- * Sets W's type_counts and payload_bytes only for a valid datagram.
+ * Sets W's type_counts and payload_bytes only for a valid datagram. DIRECT
+ * (a constant) is 1 where END is within the first buffer; 0 reads every
+ * header through bpf_xdp_load_bytes (zl_buffers.h).
  *
  * The walk is a dependency chain: every header's position comes from the
  * previous length, so the loop does only what that chain and the verifier
@@ -50,20 +52,22 @@ struct zl_walk {
  * leaves the rest unjudged (ZL_BEYOND_WINDOW). */
 static __always_inline void zl_walk_frames(struct xdp_md *ctx, void *data,
 					   void *data_end, __u64 off, __u64 end,
-					   struct zl_walk *w)
+					   struct zl_walk *w, const int direct)
 {
 	__u64 start = off, counts = 0, next, type;
 	__u32 reason;
-	__u64 i;
+	__u64 i = 0;
 
 	/* The verifier must know the first header is near the start; clang
 	 * knows it too, and would drop a plain mask. */
 	off = zl_bound16(off);
+	if (!direct) /* a constant: one loop or the other is compiled */
+		goto loaded;
 	/* The loop's tests against constants are at its end, as exits: at its
 	 * top, clang rotates them into "stay if CONST > x", which BPF as bcc
 	 * targets it (no JLT) takes only with CONST in a register, one the
 	 * loop then lacks. */
-	for (i = 0;;) {
+	for (;;) {
 		__u8 *h = data + off;
 
 		/* Past the packet is past END too: a short header. */
@@ -91,6 +95,7 @@ static __always_inline void zl_walk_frames(struct xdp_md *ctx, void *data,
 	if (i == ZL_MAX_FRAMES)
 		goto too_many;
 
+loaded:
 #if ZL_HAVE_XDP_LOAD_BYTES
 	for (;;) {
 		__u8 hdr[ZL_FRAME_HDR_LEN];

@@ -50,6 +50,12 @@ ZL_MAP(BPF_MAP_TYPE_ARRAY, __u32, __u8, zl_ports, 2 * ZL_PORT_SLOTS, "ports");
 /* AF_XDP sockets keyed by rx queue index, for queues below ZL_XSKS_MAX. */
 ZL_MAP(BPF_MAP_TYPE_XSKMAP, __u32, __u32, zl_xsks, ZL_XSKS_MAX, "xsks");
 
+/* Non-zero at key Q when the socket registered in zl_xsks for queue Q takes
+ * a packet in several buffers (bound with XDP_USE_SG, Linux 6.6): the
+ * kernel drops such a packet redirected to any other socket. Written by
+ * the socket (pyxdp/xsk/socket.py), before it registers. */
+ZL_MAP(BPF_MAP_TYPE_ARRAY, __u32, __u8, zl_xsks_sg, ZL_XSKS_MAX, "xsks_sg");
+
 /* Per-flow token cadence (zl_flows.h). An LRU hash: adding a flow to a
  * full table evicts the least recently used one. Allocated up front: with
  * 16384 flows, bpftool shows memlock 5,768,064 bytes (352 per flow,

@@ -28,6 +28,7 @@ static __s64 (*const bpf_csum_diff)(__be32 *from, __u32 from_size, __be32 *to,
 static long (*const bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
 static long (*const bpf_fib_lookup)(void *ctx, struct bpf_fib_lookup *params, int plen,
 				    __u32 flags) = (void *)69;
+static __u64 (*const bpf_xdp_get_buff_len)(struct xdp_md *xdp_md) = (void *)188;
 static long (*const bpf_xdp_load_bytes)(struct xdp_md *xdp_md, __u32 offset, void *buf,
 					__u32 len) = (void *)189;
 

@@ -22,6 +22,10 @@ enum zl_l4_kind {
 	ZL_L4_OTHER = 0,    /* anything we do not parse */
 	ZL_L4_FRAGMENT = 1, /* an IP fragment, never parsed further */
 	ZL_L4_UDP = 2,      /* a whole UDP datagram; see struct zl_udp */
+	/* A UDP datagram that goes on past the packet's first buffer
+	 * (multi-buffer XDP): struct zl_udp filled, its payload only readable
+	 * through bpf_xdp_load_bytes. The full parser's only. */
+	ZL_L4_UDP_LONG = 3,
 };
 
 /* Offsets are from the start of the packet. */
@@ -140,16 +144,25 @@ static __always_inline int zl_parse_udp(void *data, void *data_end,
 		return ZL_L4_OTHER;
 	ulen = zl_bound16(zl_ntohs(uh->len));
 	/* A UDP length that disagrees with the packet is not a datagram we
-	 * judge: the kernel's UDP layer drops it. */
-	if (ulen < sizeof(*uh) || (void *)uh + ulen > data_end)
+	 * judge: the kernel's UDP layer drops it. Past the first buffer, the
+	 * full parser checks it against the whole packet (zl_buffers.h). */
+	if (ulen < sizeof(*uh))
 		return ZL_L4_OTHER;
+	kind = ZL_L4_UDP;
+	if ((void *)uh + ulen > data_end) {
+#if ZL_HAVE_XDP_LOAD_BYTES
+		kind = ZL_L4_UDP_LONG;
+#else
+		return ZL_L4_OTHER;
+#endif
+	}
 
 	udp->payload_off = l4_off + sizeof(*uh);
 	udp->payload_end = l4_off + ulen;
 	udp->l3_off = l3_off;
 	udp->sport = zl_ntohs(uh->source);
 	udp->dport = zl_ntohs(uh->dest);
-	return ZL_L4_UDP;
+	return kind;
 }
 
 #endif

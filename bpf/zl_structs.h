@@ -39,6 +39,8 @@ struct zl_counters {
 	__u64 malformed_passed;
 	__u64 forwarded;        /* token datagrams routed out of an egress interface */
 	__u64 forward[ZL_FWD_REASONS]; /* not forwarded, by reason - 1 (zl_forward.h) */
+	__u64 multi_buffer_passed; /* token datagrams in several buffers passed: the
+				    * queue's socket takes one buffer a packet */
 };
 
 /* zl_config.flags (ZL_CONFIG_FLOWS, ZL_CONFIG_FORWARD). Every bit's zero is

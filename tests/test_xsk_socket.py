@@ -14,6 +14,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.kernel import release
 from pyxdp.lab import traffic
 from pyxdp.lab import veth_lab as lab_mod
 from pyxdp.proto import counters, frames
@@ -273,22 +274,30 @@ def test_a_queue_without_a_socket_falls_back_to_the_kernel(two_queues):
 
 # --- bad input ---------------------------------------------------------------------------
 
+def _frames_around_the_chunk_size(lab) -> list:
+    """Token datagrams of 100 to 2600 bytes on the wire, two longer than a
+    2048-byte chunk holds (2048 - 256 of XDP headroom)."""
+    header = len(traffic.udp_packet(lab, b"", sport=40000))
+    sizes = [100, 1792, 1793, 2600, 200]
+    packets = [traffic.udp_packet(
+        lab, frames.encode(FrameType.TOKEN, b"x" * (size - header - 5)), sport=40000)
+        for size in sizes]
+    assert [len(p) for p in packets] == sizes
+    return packets
+
+
 def test_a_frame_larger_than_the_umem_chunk_is_dropped_and_counted():
-    """With 2048-byte chunks a frame may be 2048 - 256 (XDP headroom) bytes;
-    a longer one is dropped by the kernel and counted as rx_dropped, and
-    the frames around it still arrive."""
+    """A socket that takes one chunk a packet (here: it shares its UMEM to
+    send) gets frames of up to 1792 bytes from 2048-byte chunks; the kernel
+    drops a longer one and counts it as rx_dropped, and the frames around
+    it still arrive."""
     with lab_mod.Lab(mtu=3000) as lab:
         loader.attach(lab.dut.ifname, netns=lab.dut.netns)
         try:
-            with xsk(lab, chunk_size=2048) as sock:
-                assert sock.max_frame_len == 1792
+            with xsk(lab, chunk_size=2048, completion_size=64) as sock:
+                assert sock.max_frame_len == 1792 and not sock.multi_buffer
                 assert any("MTU 3000" in n and "rx_dropped" in n for n in sock.notes())
-                header = len(traffic.udp_packet(lab, b"", sport=40000))
-                sizes = [100, 1792, 1793, 2600, 200]
-                packets = [traffic.udp_packet(
-                    lab, frames.encode(FrameType.TOKEN, b"x" * (size - header - 5)), sport=40000)
-                    for size in sizes]
-                assert [len(p) for p in packets] == sizes
+                packets = _frames_around_the_chunk_size(lab)
                 before = xdp_counters(lab)
                 traffic.send(lab, packets)
                 got = drain(sock, expect=3)
@@ -297,6 +306,26 @@ def test_a_frame_larger_than_the_umem_chunk_is_dropped_and_counted():
             assert st.rx_dropped == 2 and st.rx_ring_full == 0
             # The program redirected all five: the drop happens in the socket.
             assert counters.delta(xdp_counters(lab), before)["redirected"] == 5
+        finally:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
+
+
+@pytest.mark.skipif(not release.at_least(6, 6), reason="XDP_USE_SG is Linux 6.6's")
+def test_a_frame_larger_than_the_umem_chunk_arrives_whole_in_pieces():
+    """Otherwise the socket is bound with XDP_USE_SG: a longer frame comes in
+    two chunks, joined into one packet, in order with the others."""
+    with lab_mod.Lab(mtu=3000) as lab:
+        loader.attach(lab.dut.ifname, netns=lab.dut.netns)
+        try:
+            with xsk(lab, chunk_size=2048) as sock:
+                assert sock.multi_buffer and sock.describe()["multi_buffer"]
+                assert not any("MTU" in note for note in sock.notes())
+                packets = _frames_around_the_chunk_size(lab)
+                traffic.send(lab, packets)
+                got = drain(sock, expect=5)
+                st = sock.statistics()
+            assert got == [bytes(p) for p in packets]
+            assert st.rx_dropped == 0
         finally:
             loader.detach(lab.dut.ifname, lab.dut.netns)
 

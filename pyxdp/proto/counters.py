@@ -80,6 +80,10 @@ COUNTERS = (
            view="forward"),
     Metric("forward", "Token datagrams XDP forwarding left to the normal verdict, by reason",
            by="reason", reasons=FORWARD_REASONS, metric="not_forwarded"),
+    # Multi-buffer XDP (docs/spec.md §1.9): the full parser's only.
+    Metric("multi_buffer_passed", "Token datagrams in several buffers passed to the kernel: "
+           "their queue's AF_XDP socket takes one buffer a packet", view="multibuf",
+           parser="full"),
 )
 
 # struct zl_counters: a u64 per plain counter, an array of them per counter by reason.

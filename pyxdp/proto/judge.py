@@ -206,9 +206,14 @@ def expected(
     socket_registered: bool = False,
     max_frames: int = MAX_FRAMES,
     direct: bool = False,
+    first_buffer: int | None = None,
+    socket_takes_buffers: bool = False,
 ) -> Expected:
     """The verdict and counter deltas the XDP program must produce for PKT:
-    the full parser's, or with DIRECT the direct parser's (§1.7)."""
+    the full parser's, or with DIRECT the direct parser's (§1.7).
+    FIRST_BUFFER: how many of PKT's bytes the driver put in its first
+    buffer (None: all); a datagram that goes on past it reaches the
+    queue's socket only if that SOCKET_TAKES_BUFFERS (§1.9)."""
     delta = counters.zero()
     delta["packets"] = 1
     seen = classify_packet(pkt)
@@ -237,6 +242,10 @@ def expected(
         delta[f"frames.{label}"] = n
     delta["payload_bytes"] = verdict.payload_bytes
     if socket_registered:
+        datagram_end = seen.payload_off + len(seen.payload)
+        if first_buffer is not None and datagram_end > first_buffer and not socket_takes_buffers:
+            delta["multi_buffer_passed"] = 1
+            return Expected(XDP_PASS, delta, verdict)
         delta["redirected"] = 1
         return Expected(XDP_REDIRECT, delta, verdict)
     delta["fallback_passed"] = 1

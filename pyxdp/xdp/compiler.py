@@ -38,7 +38,8 @@ CLANG_INCLUDE = "clang"
 # Map variables in bpf/zl_maps.h, by their pin names; libbpf pins and
 # reuses them all but the egress devmap, which pyxdp.xdp.egress makes.
 TOKEN_MAPS = {"counters": "zl_counters", "config": "zl_config", "ports": "zl_ports", "xsks": "zl_xsks",
-              "flows": "zl_flows", "gaps": "zl_gaps", "egress": "zl_egress"}
+              "xsks_sg": "zl_xsks_sg", "flows": "zl_flows", "gaps": "zl_gaps",
+              "egress": "zl_egress"}
 
 
 def source_dir() -> Path:

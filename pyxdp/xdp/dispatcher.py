@@ -128,7 +128,8 @@ def attach(obj: libbpf.BpfObject, ifindex: int, mode: str, priority: int,
     run one. Returns an fd of the program attached, the caller's to close;
     raises OSError as libxdp failed."""
     bpfsys.lift_memlock()  # libxdp loads a dispatcher
-    prog = lib().from_bpf_obj(obj.handle, b"xdp")
+    # No section named: the object's one program, in "xdp" or "xdp.frags".
+    prog = lib().from_bpf_obj(obj.handle, None)
     err = _failed(prog)
     if err:
         raise OSError(err, f"libxdp cannot take the program: {os.strerror(err)}")

@@ -74,6 +74,7 @@ SPECS = {
     "config": MapSpec(4, CONFIG.size, 1),
     "ports": MapSpec(4, 1, 2 * PORT_SLOTS),  # two halves (set_ports)
     "xsks": MapSpec(4, 4, None),
+    "xsks_sg": MapSpec(4, 1, XSKS_MAX),  # non-zero: the queue's socket takes XDP_USE_SG
     "flows": MapSpec(FLOW_KEY.size, FLOW.size, None),
     "gaps": MapSpec(4, GAP_HIST.size, 1),
     "egress": MapSpec(4, 4, EGRESS_MAX),  # DEVMAP_HASH: ifindex -> ifindex

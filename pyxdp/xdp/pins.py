@@ -22,7 +22,7 @@ TREE = root_dirs.Tree(ROOT, root_dirs.BPF_FS_MAGIC)
 
 PROG = "prog"
 PROG_STAGING = "prog_new"  # bpffs refuses '.' in names
-MAPS = ("counters", "config", "ports", "xsks", "flows", "gaps", "egress")
+MAPS = ("counters", "config", "ports", "xsks", "xsks_sg", "flows", "gaps", "egress")
 
 
 def _check_name(kind: str, name: str) -> str:

@@ -59,6 +59,7 @@ XDP_SHARED_UMEM = 1 << 0
 XDP_COPY = 1 << 1
 XDP_ZEROCOPY = 1 << 2
 XDP_USE_NEED_WAKEUP = 1 << 3
+XDP_USE_SG = 1 << 4  # a packet longer than a chunk comes in several (Linux 6.6)
 
 XDP_PGOFF_RX_RING = 0
 XDP_PGOFF_TX_RING = 0x80000000
@@ -195,8 +196,11 @@ class AfXdpSocket(ClosedOnExit):
     def __init__(self, ifname: str, queue: int = 0, *, netns: str | None = None,
                  frames: int = 4096, chunk_size: int = CHUNK_SIZES[0], rx_size: int = 0,
                  tx_size: int = 0, fill_size: int = 1, completion_size: int = 1,
-                 bind: str = "auto", share_umem_of: "AfXdpSocket | None" = None):
+                 bind: str = "auto", share_umem_of: "AfXdpSocket | None" = None,
+                 multi_buffer: bool = False):
         self.ifname, self.queue, self.netns = ifname, queue, netns
+        # Bound with XDP_USE_SG: packets longer than a chunk arrive in pieces.
+        self.multi_buffer = multi_buffer
         if share_umem_of is not None:
             frames, chunk_size = share_umem_of.frames, share_umem_of.chunk_size
         self.frames: int = frames
@@ -275,7 +279,7 @@ class AfXdpSocket(ClosedOnExit):
                  "copy": [XDP_COPY]}[bind]
         for i, flag in enumerate(tries):
             try:
-                self._bind_queue(flag | XDP_USE_NEED_WAKEUP)
+                self._bind_queue(flag | XDP_USE_NEED_WAKEUP | (XDP_USE_SG * self.multi_buffer))
                 return
             except OSError as exc:
                 if flag == XDP_ZEROCOPY and exc.errno in _NO_ZEROCOPY and i + 1 < len(tries):

@@ -148,10 +148,11 @@ class RxRing(_Ring):
     def __init__(self, fd, pgoff, offsets, size):
         super().__init__(fd, pgoff, offsets, size, DESC_WORDS * 4)
         self._addr = self._entries(np.uint64, size * 2).reshape(size, 2)[:, 0]
-        self._len = self._entries(np.uint32, size * DESC_WORDS).reshape(size, DESC_WORDS)[:, 2]
+        words = self._entries(np.uint32, size * DESC_WORDS).reshape(size, DESC_WORDS)
+        self._len, self._options = words[:, 2], words[:, 3]
 
     def _drop_views(self) -> None:
-        self._addr = self._len = None
+        self._addr = self._len = self._options = None
 
     def take(self, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """Up to LIMIT descriptors as (addr, len) copies. They are released
@@ -168,6 +169,20 @@ class RxRing(_Ring):
         addr, length = _copy_out(self._addr, start, n), _copy_out(self._len, start, n)
         self._lib.cons_release(self._ref, n)
         return addr, length
+
+    def take_pieces(self, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """take(), with each descriptor's options: a socket bound with
+        XDP_USE_SG gets a packet in several descriptors, all but the last
+        marked XDP_PKT_CONTD (pyxdp/xsk/joined.py). Through libxdp only:
+        jumbo packets cost their copies, not these calls."""
+        n = self._lib.cons_peek(self._ref, limit, self._idx_ref)
+        if not n:
+            return _EMPTY_ADDR, _EMPTY_LEN, _EMPTY_LEN
+        start = self._idx.value & (self.size - 1)
+        taken = (_copy_out(self._addr, start, n), _copy_out(self._len, start, n),
+                 _copy_out(self._options, start, n))
+        self._lib.cons_release(self._ref, n)
+        return taken
 
 
 class FillRing(_Ring):

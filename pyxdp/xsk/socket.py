@@ -74,13 +74,14 @@ from pyxdp.kernel import netns as netns_mod
 from pyxdp.proto.ethernet import PARSED_L2_OVERHEAD
 from pyxdp.xdp import ownership
 from pyxdp.xdp.maps import SPECS, BpfMap
-from pyxdp.xsk import aio, sizing
+from pyxdp.xsk import aio, joined, sizing
 from pyxdp.xsk import busy_poll as busy_poll_mod
 from pyxdp.xsk.afxdp import BIND_MODES, CHUNK_SIZES, AfXdpSocket, check_size
 from pyxdp.xsk.batch import Batch
 from pyxdp.xsk.busy_poll import BusyPoll, BusyPollState
 
 XDP_PACKET_HEADROOM = 256  # the kernel keeps this much of each chunk in front
+_NO_DESC, _NO_LEN = np.empty(0, np.uint64), np.empty(0, np.uint32)
 
 
 def _chunk_size_for(mtu: int) -> int:
@@ -127,15 +128,22 @@ class XskSocket(AfXdpSocket):
             ins = self._check_attached(ifname, netns, queue)
             self.mtu = ins.state.mtu
             chunk = chunk_size or _chunk_size_for(self.mtu)
-            # The largest frame a chunk holds; the kernel drops bigger ones (rx_dropped).
+            # The largest frame a chunk holds. Where the MTU allows more, the
+            # socket takes a packet in several chunks (XDP_USE_SG, Linux 6.6)
+            # unless it shares its UMEM to send: it then takes one chunk a
+            # packet, and the XDP program passes longer ones to the kernel.
             self.max_frame_len = chunk - XDP_PACKET_HEADROOM
+            multi_buffer = (self.mtu + PARSED_L2_OVERHEAD > self.max_frame_len
+                            and completion_size == 1 and release.at_least(6, 6))
+            self._pending = (_NO_DESC, _NO_LEN, _NO_LEN)
             # At the end of a batch the kernel publishes the RX entries first and
             # only then how far it read the fill ring, so a chunk can be back with
             # us while its old fill slot still looks taken. With two slots per
             # chunk there is always room to give every chunk back.
             super().__init__(ifname, queue, netns=netns, frames=frames, chunk_size=chunk,
                              rx_size=rx_size, fill_size=2 * frames,
-                             completion_size=completion_size, bind=bind)
+                             completion_size=completion_size, bind=bind,
+                             multi_buffer=multi_buffer)
             fill, rx = self.memory.fill, self.rx
             assert fill is not None and rx is not None  # asked for above
             self._fill, self._rx, self._chunk_mask = fill, rx, self.memory.chunk_mask
@@ -181,9 +189,24 @@ class XskSocket(AfXdpSocket):
                 f"queue {self.queue} is beyond the {self._xsks.info.max_entries} AF_XDP slots "
                 "of zerolayer's socket map"
             )
+        # Whether the program may send this socket a packet in pieces, said
+        # before the socket is there to get one.
+        self._set_takes_pieces(pin_dir, self.multi_buffer)
         # BPF_ANY: whatever a dead listener left at this key is replaced.
         self._xsks.update(self.queue, struct.pack("=I", self._socket.fileno()))
         self._registered = True
+
+    def _set_takes_pieces(self, pin_dir: str, value: bool) -> None:
+        path = os.path.join(pin_dir, "xsks_sg")
+        try:
+            sg = BpfMap(bpfsys.obj_get(path), "xsks_sg")
+        except FileNotFoundError:
+            raise ZerolayerError(f"{path} is missing: detach and attach zerolayer again") from None
+        try:
+            sg.check(SPECS["xsks_sg"])
+            sg.update(self.queue, bytes([value]))
+        finally:
+            sg.close()
 
     def _start_busy_polling(self, wanted: BusyPoll) -> None:
         """After bind: from 6.13 that is when the kernel ties the socket to
@@ -221,18 +244,35 @@ class XskSocket(AfXdpSocket):
     def recv(self, max_frames: int = 256, timeout: float | None = 0.0) -> Batch:
         """Up to MAX_FRAMES received frames, waiting up to TIMEOUT seconds
         (None: forever) when there are none. The batch may be empty."""
-        addr, length = self._rx.take(max_frames)
+        addr, length, options = self._take(max_frames)
         if not len(addr) and self.busy_polling:
             self.kick()  # one NAPI pass, as a non-blocking read of any socket makes
-            addr, length = self._rx.take(max_frames)
+            addr, length, options = self._take(max_frames)
         # poll() is also the kick a zero-copy driver may wait for (need_wakeup).
         if not len(addr) and (timeout != 0 or self._fill.needs_wakeup):
             if self.wait(timeout):
-                addr, length = self._rx.take(max_frames)
+                addr, length, options = self._take(max_frames)
         if self._napi_unknown and len(addr):
             self._napi_unknown = False
             self._napi_id = busy_poll_mod.napi_id(self._socket)
+        if options is not None and joined.has_pieces(options):
+            pieces = joined.Joined(self, addr, length, options)
+            return Batch(pieces, pieces.addr, pieces.length)
         return Batch(self, addr, length)
+
+    def _take(self, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Up to LIMIT descriptors, with their options when the socket takes
+        a packet in pieces; the pieces of a packet not ended yet wait for
+        the next take."""
+        if not self.multi_buffer:
+            return (*self._rx.take(limit), None)
+        fresh = self._rx.take_pieces(limit)
+        if len(self._pending[0]):
+            fresh = (np.concatenate((self._pending[0], fresh[0])),
+                     np.concatenate((self._pending[1], fresh[1])),
+                     np.concatenate((self._pending[2], fresh[2])))
+        whole, self._pending = joined.split_partial(*fresh)
+        return whole
 
     def batches(self, max_frames: int = 256) -> AsyncIterator[Batch]:
         """`async for batch in xsk.batches():` in an asyncio program. The
@@ -271,11 +311,15 @@ class XskSocket(AfXdpSocket):
     def notes(self) -> list[str]:
         """What a user should know before trusting what this socket gets."""
         out = [f"{self.mode} mode: {self.mode_note}"] if self.mode_note else []
-        if self.mtu + PARSED_L2_OVERHEAD > self.max_frame_len:
+        if self.mtu + PARSED_L2_OVERHEAD > self.max_frame_len and not self.multi_buffer:
+            why = ("it shares its UMEM to send" if release.at_least(6, 6)
+                   else "this kernel cannot bind AF_XDP with XDP_USE_SG (Linux 6.6)")
             out.append(
                 f"{self.ifname}'s MTU {self.mtu} allows frames longer than the "
-                f"{self.max_frame_len} bytes an AF_XDP chunk holds: the kernel drops those "
-                "(counted as rx_dropped)"
+                f"{self.max_frame_len} bytes an AF_XDP chunk holds, and this socket takes one "
+                f"chunk a packet ({why}): the kernel drops such frames (counted as rx_dropped), "
+                "but zerolayer's program passes to the kernel the token datagrams that reach it "
+                "in several buffers (multi_buffer_passed)"
             )
         if self.busy_poll is not None:
             refusal = self.busy_poll.refusal()
@@ -304,7 +348,7 @@ class XskSocket(AfXdpSocket):
     def describe(self) -> dict:
         return {"interface": self.ifname, "netns": self.netns, "queue": self.queue,
                 "mode": self.mode, "note": self.mode_note, "chunk_size": self.chunk_size,
-                "max_frame_len": self.max_frame_len,
+                "max_frame_len": self.max_frame_len, "multi_buffer": self.multi_buffer,
                 "busy_poll": None if self.busy_poll is None else
                 {**self.busy_poll.to_json(), "napi_id": self._napi_id or None}}
 

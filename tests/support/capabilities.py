@@ -7,7 +7,7 @@ A test marked `@pytest.mark.capability("NAME")` proves capability NAME
 with `record_property("seen", "...")` (for example the XDP mode the kernel
 reports). With ZEROLAYER_CAPABILITIES=PATH set, the session writes every
 capability's outcome on this kernel to PATH as JSON; vagrant/vm/kernel_table.py
-turns such files into the README's kernel table. A cell is measured, never
+turns such files into the kernel table of docs/kernels.md. A cell is measured, never
 written by hand: a capability passes only if every test that proves it ran
 and passed.
 """
@@ -31,6 +31,8 @@ CAPABILITIES = {
     "flows": "flow tracking",
     "streams": "token streams (SSE)",
     "dispatcher": "libxdp dispatcher",
+    "xdp_multi_buffer": "XDP jumbo (multi-buffer)",
+    "af_xdp_multi_buffer": "AF_XDP jumbo (XDP_USE_SG)",
 }
 
 _outcomes: dict[str, dict[str, list]] = {}

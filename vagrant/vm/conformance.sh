@@ -14,7 +14,7 @@ if [ "${1:-}" = --smoke ]; then SELECTION=smoke MARKS="kernel and smoke"; shift;
 REPORT="$(realpath -m "${1:?usage: conformance.sh [--smoke] REPORT.json [PYTEST ARGS...]}")"
 shift
 mkdir -p "$(dirname "$REPORT")"
-# What the report (and so the README's table) says the suite ran on.
+# What the report (and so the kernel table) says the suite ran on.
 version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed 's/[-+~].*//' || echo "?"; }
 export ZEROLAYER_CAPABILITIES="$REPORT" ZEROLAYER_SELECTION="$SELECTION"
 ZEROLAYER_SYSTEM="Debian $(cat /etc/debian_version 2>/dev/null || echo "?"), Python $(/usr/bin/python3 -c 'import platform; print(platform.python_version())'), bcc $(version python3-bpfcc), libxdp $(version libxdp1)"

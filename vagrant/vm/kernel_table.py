@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Turn the capability reports of conformance runs (tests/support/capabilities.py
-writes one per kernel) into the README's kernel table.
+writes one per kernel) into the kernel table of docs/kernels.md.
 
     python3 vagrant/vm/kernel_table.py REPORT.json...           print the table
-    python3 vagrant/vm/kernel_table.py --readme README.md REPORT.json...
-                                                  replace the table in README
+    python3 vagrant/vm/kernel_table.py --write docs/kernels.md REPORT.json...
+                                                  replace the table there
 
 A cell says what the tests saw when every test proving that capability
 passed, "FAILED" when any failed, the skip reason when they were skipped, and
@@ -65,7 +65,7 @@ def table(reports: list[dict]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", help="rewrite the table between the kernel-table markers here")
+    parser.add_argument("--write", metavar="DOC", help="rewrite the table between the kernel-table markers here")
     parser.add_argument("reports", nargs="+")
     args = parser.parse_args()
     reports = []
@@ -73,17 +73,17 @@ def main() -> int:
         with open(path) as f:
             reports.append(json.load(f))
     text = table(reports)
-    if not args.readme:
+    if not args.write:
         print(text)
         return 0
-    with open(args.readme) as f:
-        readme = f.read()
-    if BEGIN not in readme or END not in readme:
-        print(f"{args.readme} has no {BEGIN} ... {END} section", file=sys.stderr)
+    with open(args.write) as f:
+        doc = f.read()
+    if BEGIN not in doc or END not in doc:
+        print(f"{args.write} has no {BEGIN} ... {END} section", file=sys.stderr)
         return 1
-    head, rest = readme.split(BEGIN, 1)
+    head, rest = doc.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    with open(args.readme, "w") as f:
+    with open(args.write, "w") as f:
         f.write(f"{head}{BEGIN}\n{text}\n{END}{tail}")
     print(text)
     return 0

@@ -3,22 +3,22 @@
 # The kernel matrix: the conformance suite (conformance.sh) on each kernel,
 # then the kernel x capability table made from what the runs reported.
 #
-#   bash vagrant/vm/matrix.sh [--readme] [KERNEL...] [--smoke KERNEL...]
+#   bash vagrant/vm/matrix.sh [--write] [KERNEL...] [--smoke KERNEL...]
 #
 # KERNEL is a name in vagrant/vm/kernels (booted in the VM by run.sh) or
 # `host` (this machine's own kernel); the default is host and every kernel
 # listed there. Kernels after --smoke run the smoke
-# selection (conformance.sh --smoke), the others the full one. --readme
-# writes the table into README.md as well as printing it. Exits non-zero if
+# selection (conformance.sh --smoke), the others the full one. --write
+# writes the table into docs/kernels.md as well as printing it. Exits non-zero if
 # any kernel failed.
 set -euo pipefail
 ZL_ME=matrix
 # shellcheck source=vagrant/vm/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-ZL_USAGE="matrix.sh [--readme] [KERNEL...] [--smoke KERNEL...] (KERNEL: host $(kernel_names | paste -sd' '))"
+ZL_USAGE="matrix.sh [--write] [KERNEL...] [--smoke KERNEL...] (KERNEL: host $(kernel_names | paste -sd' '))"
 
-README=""
-if [ "${1:-}" = "--readme" ]; then README="$ZL_REPO/README.md"; shift; fi
+TABLE_DOC=""
+if [ "${1:-}" = "--write" ]; then TABLE_DOC="$ZL_REPO/docs/kernels.md"; shift; fi
 args=("$@")
 [ $# -gt 0 ] || mapfile -t args < <(echo host; kernel_names)
 kernels=() selections=() selection=full
@@ -77,7 +77,7 @@ for kernel in "${kernels[@]}"; do
     [ -f "$OUT/$kernel.json" ] && reports+=("$OUT/$kernel.json")
 done
 if [ ${#reports[@]} -gt 0 ]; then
-    python3 "$ZL_VM/kernel_table.py" ${README:+--readme "$README"} "${reports[@]}"
+    python3 "$ZL_VM/kernel_table.py" ${TABLE_DOC:+--write "$TABLE_DOC"} "${reports[@]}"
 fi
 if [ ${#failed[@]} -gt 0 ]; then
     die "the conformance suite failed on: ${failed[*]}"
