@@ -4,7 +4,8 @@ against the reference judge on datagrams of up to 8,972 bytes, through
 BPF_PROG_TEST_RUN, which hands a frags program a packet longer than a page
 in several buffers; then a veth pair at MTU 9000, where `zerolayer attach`
 runs native, `zerolayer listen` gets 8 KB datagrams of 32 frames whole, and
-a socket that takes one chunk a packet leaves them to the kernel, whole."""
+a socket that takes one chunk a packet leaves them to the kernel, whole;
+and the VM rig's virtio_net pair at MTU 9000 (elsewhere that test skips)."""
 
 import json
 import os
@@ -21,8 +22,10 @@ from pyxdp.proto import datagram, frames, judge
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader, parsers
 from pyxdp.xsk.socket import XskSocket
+from support import nic_lab
 from support.listen_runner import Listening, summary_of
 from support.packets import CHECKSUMS, build, flip_payload_byte
+from support.xdp_helpers import xdp_state
 from support.xsk_helpers import xdp_counters
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
@@ -113,10 +116,12 @@ def test_jumbo_datagrams_are_judged_whole_as_the_reference_judges_them(token_pro
 
 @pytest.fixture
 def jumbo():
-    """A veth lab at MTU 9000 with zerolayer attached to dut0 by the CLI."""
+    """A veth lab at MTU 9000; whatever the test attached to dut0 is
+    detached after it."""
     with veth_lab.Lab(mtu=JUMBO_MTU) as lab:
         yield lab
-        loader.detach(lab.dut.ifname, lab.dut.netns)
+        if xdp_state(lab).prog_id:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
 
 
 def attach(cli, lab) -> dict:
@@ -185,3 +190,35 @@ def test_a_socket_taking_one_chunk_a_packet_leaves_jumbo_datagrams_whole_to_the_
     c = xdp_counters(lab)
     assert (c["multi_buffer_passed"], c["redirected"], c["malformed.bad_checksum"]) == (2, 1, 0)
     record_property("seen", "native at MTU 9000; passed whole to a one-chunk socket's kernel")
+
+
+@pytest.mark.smoke
+@pytest.mark.capability("xdp_multi_buffer")
+def test_at_mtu_9000_virtio_net_runs_native_and_judges_8kb_datagrams_whole(record_property):
+    nic_lab.require(1)
+    needs_frags()
+    if not release.at_least(6, 3):
+        pytest.skip("virtio_net runs multi-buffer XDP from Linux 6.3")
+    sent = [token_payload(32, 8000), token_payload(32, BIGGEST_PAYLOAD)]
+    with nic_lab.NicLab(0, mtu=JUMBO_MTU) as lab:
+        assert loader.attach(lab.dut.ifname, netns=lab.dut.netns).mode == "native"
+        try:
+            with XskSocket(lab.dut.ifname, 0, netns=lab.dut.netns) as xsk:
+                send_from_peer(lab, sent)
+                got = []
+                for _ in range(20):
+                    with xsk.recv(16, timeout=0.5) as batch:
+                        got += [bytes(batch.payload(i)) for i in range(len(batch))]
+                    if len(got) >= len(sent):
+                        break
+                takes_pieces, mode = xsk.multi_buffer, xsk.mode
+            c = xdp_counters(lab)
+        finally:
+            loader.detach(lab.dut.ifname, lab.dut.netns)
+    assert (c["token_datagrams"], c["frames.token"], c["malformed_dropped"]) == (2, 64, 0)
+    if takes_pieces:
+        assert sorted(got) == sorted(sent) and c["redirected"] == 2
+    else:
+        assert got == [] and c["multi_buffer_passed"] == 2
+    record_property("seen", f"native on virtio_net at MTU 9000 (AF_XDP {mode}"
+                            f"{', XDP_USE_SG' if takes_pieces else ', passed to the kernel'})")

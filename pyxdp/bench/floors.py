@@ -4,6 +4,7 @@ kept out of the product's bpf/: XDP_PASS alone (pyxdp/lab/xdp_pass.c, where
 the routed lab needs it too) and count-and-pass (xdp_count.c, beside this
 module)."""
 
+import os
 from pathlib import Path
 
 from pyxdp.errors import ZerolayerError
@@ -26,6 +27,18 @@ class PassProgram:
 
     def close(self) -> None:
         self._loaded.close()
+
+
+class FragsPassProgram:
+    """The floor for packets in several buffers: XDP_PASS alone, loaded
+    with BPF_F_XDP_HAS_FRAGS (two instructions: nothing to compile)."""
+
+    def __init__(self):
+        self.prog_fd = bpfsys.load_raw(bpfsys.BPF_PROG_TYPE_XDP, bpfsys.XDP_PASS_PROGRAM,
+                                       prog_flags=bpfsys.BPF_F_XDP_HAS_FRAGS)
+
+    def close(self) -> None:
+        os.close(self.prog_fd)
 
 
 class CountProgram:

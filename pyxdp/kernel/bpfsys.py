@@ -36,6 +36,7 @@ BPF_ANY = 0
 BPF_PROG_TYPE_XDP = 6
 
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
+BPF_F_XDP_HAS_FRAGS = 1 << 5  # prog_flags: the program takes multi-buffer packets (5.18)
 
 _ATTR_SIZE = 128  # covers every command used here; the tail stays zero
 
@@ -384,17 +385,20 @@ def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> 
     return struct.pack("=BBhi", code, (src << 4) | dst, off, imm)
 
 
-def load_raw(prog_type: int, insns: bytes, log=None) -> int:
-    """Load a program of PROG_TYPE given as raw instructions (a probe's:
-    nothing compiled); returns its fd. LOG, a buffer, gets the verifier's log."""
+def load_raw(prog_type: int, insns: bytes, log=None, prog_flags: int = 0) -> int:
+    """Load a program of PROG_TYPE given as raw instructions (a probe's, a
+    floor's: nothing compiled), with PROG_FLAGS; returns its fd. LOG, a
+    buffer, gets the verifier's log."""
     code = ctypes.create_string_buffer(insns, len(insns))
     license_ = ctypes.create_string_buffer(b"GPL")
-    attr = _attr("=IIQQIIQ", prog_type, len(insns) // 8, _addr(code), _addr(license_),
-                 1 if log is not None else 0, len(log) if log is not None else 0, _addr(log))
+    attr = _attr("=IIQQIIQII", prog_type, len(insns) // 8, _addr(code), _addr(license_),
+                 1 if log is not None else 0, len(log) if log is not None else 0, _addr(log),
+                 0, prog_flags)
     return bpf(BPF_PROG_LOAD, attr)
 
 
 XDP_DROP_PROGRAM = _insn(0xB7, dst=0, imm=1) + _insn(0x95)  # r0 = XDP_DROP; exit
+XDP_PASS_PROGRAM = _insn(0xB7, dst=0, imm=2) + _insn(0x95)  # r0 = XDP_PASS; exit
 
 
 def has_live_frames() -> bool:

@@ -95,15 +95,34 @@ def _promiscuous(end: LabEnd, on: bool) -> None:
             ipr.link("set", index=found[0], flags=0x100 if on else 0, mask=0x100)  # IFF_PROMISC
 
 
-class PairLab(Lab):
-    """The veth lab's shape on interfaces DUT and PEER of this namespace."""
+STANDARD_MTU = 1500  # above it, a lab's frames may need multi-buffer XDP
 
-    def __init__(self, dut: str, peer: str):
-        super().__init__()
+
+def _mtu(ifname: str) -> int:
+    with open(f"/sys/class/net/{ifname}/mtu") as f:
+        return int(f.read())
+
+
+def _set_mtu(ifname: str, mtu: int) -> None:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        if found:
+            ipr.link("set", index=found[0], mtu=mtu)
+
+
+class PairLab(Lab):
+    """The veth lab's shape on interfaces DUT and PEER of this namespace, at
+    MTU while it lasts (each gets its own back on leaving)."""
+
+    def __init__(self, dut: str, peer: str, mtu: int = 1500):
+        super().__init__(mtu=mtu)
         if dut == peer:
             raise ZerolayerError(f"a pair is two interfaces, not {dut} twice")
         self.dut = on_interface(self.dut, dut)
         self.peer = on_interface(self.peer, peer)
+        self._home_mtu = {name: _mtu(name) for name in (dut, peer)}
         self._peer_program = False
 
     def _build(self) -> None:
@@ -116,8 +135,11 @@ class PairLab(Lab):
         # host has not registered; promiscuous mode turns that filter off, so
         # tagged datagrams reach XDP.
         _promiscuous(self.dut, True)
-        if takes_redirects_only_with_a_program(self.peer):
-            attach_pass_program(self.peer)  # so the generator's frames leave the peer
+        # So the generator's frames leave the peer. Not above the standard
+        # MTU: the pass program is not built for multi-buffer XDP, and such
+        # a lab sends from the kernel's stack.
+        if self.mtu <= STANDARD_MTU and takes_redirects_only_with_a_program(self.peer):
+            attach_pass_program(self.peer)
             self._peer_program = True
 
     def teardown(self) -> None:
@@ -127,4 +149,6 @@ class PairLab(Lab):
             subprocess.run(["ip", "-n", self.peer.netns, "link", "set", "dev", self.peer.ifname,
                             "xdp", "off"], capture_output=True)
         move_home((self.dut, self.peer))
+        for name, mtu in self._home_mtu.items():
+            _set_mtu(name, mtu)
         super().teardown()

@@ -62,6 +62,8 @@ class _Lib:
         self.fd = bind("xdp_program__fd", ctypes.c_int, _P)
         self.run_prio = bind("xdp_program__run_prio", ctypes.c_uint, _P)
         self.set_run_prio = bind("xdp_program__set_run_prio", ctypes.c_int, _P, ctypes.c_uint)
+        self.set_frags = bind("xdp_program__set_xdp_frags_support", ctypes.c_int, _P,
+                              ctypes.c_bool)
         self.attach = bind("xdp_program__attach", ctypes.c_int, _P, ctypes.c_int, ctypes.c_int,
                            ctypes.c_uint)
         self.detach = bind("xdp_program__detach", ctypes.c_int, _P, ctypes.c_int, ctypes.c_int,
@@ -122,11 +124,12 @@ def read(ifindex: int, netns: str | None) -> Dispatcher | None:
 
 
 def attach(obj: libbpf.BpfObject, ifindex: int, mode: str, priority: int,
-           netns: str | None) -> int:
+           netns: str | None, frags: bool) -> int:
     """Put OBJ's XDP program on IFINDEX through libxdp at PRIORITY: into the
     dispatcher there, or one libxdp makes; alone where the kernel cannot
-    run one. Returns an fd of the program attached, the caller's to close;
-    raises OSError as libxdp failed."""
+    run one. FRAGS: the program takes packets in several buffers (its
+    section is xdp.frags). Returns an fd of the program attached, the
+    caller's to close; raises OSError as libxdp failed."""
     bpfsys.lift_memlock()  # libxdp loads a dispatcher
     # No section named: the object's one program, in "xdp" or "xdp.frags".
     prog = lib().from_bpf_obj(obj.handle, None)
@@ -137,6 +140,12 @@ def attach(obj: libbpf.BpfObject, ifindex: int, mode: str, priority: int,
         rc = lib().set_run_prio(prog, priority)
         if rc < 0:
             raise OSError(-rc, f"priority {priority}: {os.strerror(-rc)}")
+        # libxdp reads frags support from the program's flags, which libbpf
+        # sets from the section name only when it loads it: said here, a
+        # dispatcher libxdp makes for it takes multi-buffer packets too.
+        rc = lib().set_frags(prog, frags)
+        if rc < 0:
+            raise OSError(-rc, f"multi-buffer support: {os.strerror(-rc)}")
         with netns_mod.entered(netns):
             rc = lib().attach(prog, ifindex, MODES[mode], 0)
         if rc < 0:

@@ -300,7 +300,8 @@ def _through_libxdp(ifname: str, ins: ownership.Inspection, modes: list[str],
         with compiler.logged("zerolayer-libxdp-") as log_path, \
                 compiler.opened_token(ins.pin_dir, log_path, generation) as (obj, name):
             try:
-                prog_fd = dispatcher.attach(obj, ifindex, mode, priority, netns)
+                prog_fd = dispatcher.attach(obj, ifindex, mode, priority, netns,
+                                            frags=parsers.of_program(name) == parsers.FULL)
             except OSError as exc:
                 last = i == len(modes) - 1
                 if mode == "native" and not last and exc.errno in netlink.NATIVE_UNSUPPORTED:

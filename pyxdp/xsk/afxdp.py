@@ -332,8 +332,9 @@ class AfXdpSocket(ClosedOnExit):
         if features is not None and not features.xsk_zerocopy:
             return (f"{self.ifname} ({driver}) does not offer AF_XDP zero-copy on this kernel "
                     "(its XDP features lack xsk-zerocopy)")
-        return (f"{self.ifname} ({driver}) refused a zero-copy bind of queue {self.queue} "
-                f"({exc.strerror})")
+        pieces = " with XDP_USE_SG (for frames longer than a chunk)" if self.multi_buffer else ""
+        return (f"{self.ifname} ({driver}) refused a zero-copy bind of queue {self.queue}"
+                f"{pieces} ({exc.strerror})")
 
     # --- use --------------------------------------------------------------------------
 

@@ -71,13 +71,13 @@ def _on_nic(end: LabEnd, pair: int, which: int) -> LabEnd:
 
 
 class NicLab(pair_lab.PairLab):
-    """The veth lab's shape on NIC pair PAIR: dut is end 1, peer end 2."""
+    """The veth lab's shape on NIC pair PAIR at MTU: dut is end 1, peer end 2."""
 
-    def __init__(self, pair: int = 0):
+    def __init__(self, pair: int = 0, mtu: int = 1500):
         dut, peer = find(mac(pair, 1)), find(mac(pair, 2))
         if dut is None or peer is None:
             raise RuntimeError(f"NIC pair {pair} is missing: booted with run.sh --nic-pairs?")
-        super().__init__(dut, peer)
+        super().__init__(dut, peer, mtu)
 
 
 class NicRoutedLab(RoutedLab):
