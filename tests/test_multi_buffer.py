@@ -17,7 +17,7 @@ import pytest
 
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel import release
-from pyxdp.lab import veth_lab
+from pyxdp.lab import traffic, veth_lab
 from pyxdp.proto import datagram, frames, judge
 from pyxdp.proto.frames import FrameType
 from pyxdp.xdp import loader, parsers
@@ -114,6 +114,21 @@ def test_jumbo_datagrams_are_judged_whole_as_the_reference_judges_them(token_pro
     record_property("seen", "judged whole up to 8,972 bytes")
 
 
+def test_forwarding_leaves_a_jumbo_datagram_to_the_normal_verdict(token_program):
+    """Not every egress driver transmits a packet in several buffers: with
+    forwarding on, one is counted not_forwardable and passed (spec §1.9)."""
+    needs_frags()
+    token_program.maps.set_forward_enabled(True)
+    try:
+        got = token_program.run(build(token_payload(32, 8000)))
+    finally:
+        token_program.maps.set_forward_enabled(False)
+    assert got.action == judge.XDP_PASS
+    assert {k: v for k, v in got.counters.items() if v} == {
+        "packets": 1, "token_datagrams": 1, "frames.token": 32, "payload_bytes": 8000 - 32 * 5,
+        "fallback_passed": 1, "forward.not_forwardable": 1}
+
+
 @pytest.fixture
 def jumbo():
     """A veth lab at MTU 9000; whatever the test attached to dut0 is
@@ -149,7 +164,13 @@ def test_at_mtu_9000_attach_runs_native_and_listen_gets_8kb_datagrams_whole(cli,
     sent = [token_payload(32, 8000), token_payload(32, BIGGEST_PAYLOAD)]
     want = [{"type": "token", "payload": f.payload.decode()}
             for p in sent for f in datagram.decode_datagram(p)]
+    # and, from scapy, jumbo datagrams broken past the first buffer
+    whole = token_payload(32, 8000)
+    broken = [traffic.corrupted(traffic.udp_packet(lab, whole, sport=46000)),
+              traffic.udp_packet(lab, whole[:-7], sport=46001),
+              traffic.udp_packet(lab, token_payload(31, 7750) + b"\0\0\0\0\x42", sport=46002)]
     listening = Listening(lab, "--count", len(want), "--timeout", 60)
+    traffic.send(lab, broken)
     send_from_peer(lab, sent)
     code, out, err = listening.finish()
     assert code == 0, err
@@ -158,6 +179,11 @@ def test_at_mtu_9000_attach_runs_native_and_listen_gets_8kb_datagrams_whole(cli,
     assert summary_of(err)["datagrams"] == 2 and summary_of(err)["lost"] == 0
     c = xdp_counters(lab)
     assert (c["redirected"], c["frames.token"], c["multi_buffer_passed"]) == (2, 64, 0)
+    judged = traffic.expected_counters(broken, socket_registered=True)
+    assert [judged[f"malformed.{r}"] for r in ("bad_checksum", "truncated", "unknown_type")] \
+        == [1, 1, 1]
+    assert {k: c[k] for k in judged if k.startswith("malformed")} == \
+        {k: v for k, v in judged.items() if k.startswith("malformed")}
     record_property("seen", "native at MTU 9000, XDP_USE_SG socket")
 
 
