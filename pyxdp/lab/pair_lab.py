@@ -20,6 +20,7 @@ from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import netns, xdp_features
 from pyxdp.lab.routed_lab import attach_pass_program
 from pyxdp.lab.veth_lab import Lab, LabEnd
+from pyxdp.xdp import netlink
 
 
 def _mac(ifname: str) -> str:
@@ -98,11 +99,6 @@ def _promiscuous(end: LabEnd, on: bool) -> None:
 STANDARD_MTU = 1500  # above it, a lab's frames may need multi-buffer XDP
 
 
-def _mtu(ifname: str) -> int:
-    with open(f"/sys/class/net/{ifname}/mtu") as f:
-        return int(f.read())
-
-
 def _set_mtu(ifname: str, mtu: int) -> None:
     from pyroute2 import IPRoute
 
@@ -122,7 +118,7 @@ class PairLab(Lab):
             raise ZerolayerError(f"a pair is two interfaces, not {dut} twice")
         self.dut = on_interface(self.dut, dut)
         self.peer = on_interface(self.peer, peer)
-        self._home_mtu = {name: _mtu(name) for name in (dut, peer)}
+        self._home_mtu = {name: netlink.query(name).mtu for name in (dut, peer)}
         self._peer_program = False
 
     def _build(self) -> None:
