@@ -66,13 +66,16 @@ def test_the_section_measures_every_engine(relay_run):
         # the ceiling: sockmap with no framing at all, against the same best peer
         assert set(result["unframed_ratio"]) == {"throughput_vs_best_peer"}
         assert result["best_peer"] in relay_bench.PEERS
-    # the gateway's cadence: many slow streams through sockmap, asyncio and haproxy
+    # the gateway's cadence: many slow streams through sockmap, asyncio and haproxy,
+    # and the bare redirect (sockmap unframed)
     cadence = relay["cadence"]
     assert list(cadence["ways"]) == list(relay_bench.CADENCE_ENGINES)
     for f in cadence["ways"].values():
         assert f["p99_us"]["median"] >= f["p50_us"]["median"] > 0
         assert f["host_cpu_per_frame_us"]["median"] > 0
     assert set(cadence["sockmap_ratio"]) == {"p99_vs_haproxy", "cpu_per_frame_vs_haproxy"}
+    assert set(cadence["unframed_ratio"]) == {"p99_vs_haproxy", "cpu_per_frame_vs_haproxy",
+                                              "p99_vs_sockmap", "cpu_per_frame_vs_sockmap"}
     # the write-size sweep: a 1-stream flood per size through every engine but asyncio
     assert sorted(r["batch"] for r in relay["runs"] if r["phase"] == "write_size") == sorted(
         size for size in sizes for _ in relay_bench.SWEEP_ENGINES)
@@ -139,6 +142,7 @@ def test_the_text_report(cli):
     assert "zl_sk_parser" in proc.stdout  # the profile
     assert "write sizes, 1 stream flooding" in proc.stdout  # the sweep
     assert "the gateway's cadence: 200 streams at 20 frames/s each" in proc.stdout
+    assert "sockmap_unframed/haproxy" in proc.stdout
 
 
 def test_missing_peers_are_skipped_with_a_note(tmp_path):
@@ -159,9 +163,12 @@ def test_missing_peers_are_skipped_with_a_note(tmp_path):
     assert set(relay["results"]["1"]["ways"]) == {"sockmap", "sockmap_unframed", "asyncio",
                                                   "direct"}
     assert relay["results"]["1"]["unframed_ratio"] == {}
-    # no haproxy: the cadence runs still compare zerolayer's two, with no ratio
-    assert list(relay["cadence"]["ways"]) == ["sockmap", "asyncio"]
+    # no haproxy: the cadence runs still compare zerolayer's two and the bare
+    # redirect, with no ratio to haproxy
+    assert list(relay["cadence"]["ways"]) == ["sockmap", "asyncio", "sockmap_unframed"]
     assert relay["cadence"]["sockmap_ratio"] == {}
+    assert set(relay["cadence"]["unframed_ratio"]) == {"p99_vs_sockmap",
+                                                       "cpu_per_frame_vs_sockmap"}
     assert relay["results"]["1"]["best_peer"] is None
     for sweep in relay["write_sizes"].values():
         assert list(sweep["ways"]) == ["sockmap", "sockmap_unframed", "direct"]

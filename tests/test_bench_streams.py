@@ -5,11 +5,14 @@ streams nothing) runs both arms and reports every figure from a real
 measurement; what the figures are is for the benchmark to say, not for a
 test to assert."""
 
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from pyxdp.bench.streams import section as streams_bench
+from pyxdp.xdp import compiler
 from support.bench_helpers import assert_figure, bench_json
 
 pytestmark = [pytest.mark.root,
@@ -39,7 +42,10 @@ def test_the_report_has_every_key(streams_run):
     assert s["errors"] == []
     assert s["load"]["rounds"] == ROUNDS
     assert s["load"]["paced_streams"] == streams_bench.QUICK.paced_streams
-    assert list(s["plain"]) == TRANSPORT_KEYS
+    # the floor: the plaintext flood under bare tracepoints
+    assert list(s["plain"]) == [*TRANSPORT_KEYS[:2], "saturation_floor_ratio",
+                                *TRANSPORT_KEYS[2:]]
+    assert_figure(s["plain"]["saturation_floor_ratio"], ROUNDS)
     assert list(s["tls"]) == [*TRANSPORT_KEYS, "uprobe_hits_per_chunk", "bound_us_per_chunk",
                               "added_vs_bound"]
     for transport in ("plain", "tls"):
@@ -47,8 +53,11 @@ def test_the_report_has_every_key(streams_run):
             figs = s[transport][key]
             for fig in (figs.values() if key in BY_ARM else [figs]):
                 assert_figure(fig, ROUNDS)
-    assert list(s["idle_process"]) == ["write_ns", "write_ratio", "ssl_ns", "ssl_ratio",
-                                       "bare_calls_per_turn", "uprobe_hit_us"]
+    assert list(s["idle_process"]) == ["write_ns", "write_ratio", "write_floor_ratio", "ssl_ns",
+                                       "ssl_ratio", "ssl_floor_ratio", "bare_calls_per_turn",
+                                       "uprobe_hit_us"]
+    for key in ("write_floor_ratio", "ssl_floor_ratio"):
+        assert_figure(s["idle_process"][key], ROUNDS)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "starting zerolayer streams --json" in progress
 
@@ -57,8 +66,10 @@ def test_every_run_measured_both_arms(streams_run):
     s = streams_run[0]["streams"]
     runs = s["runs"]
     arms = [(r["arm"], r["transport"], r["phase"]) for r in runs]
-    assert sorted(arms) == sorted((arm, t, p) for arm in streams_bench.ARMS
-                                  for t in streams_bench.TRANSPORTS for p in streams_bench.PHASES)
+    assert sorted(arms) == sorted([*((arm, t, p) for arm in streams_bench.ARMS
+                                     for t in streams_bench.TRANSPORTS
+                                     for p in streams_bench.PHASES),
+                                   (streams_bench.FLOOR_ARM, "plain", "flood")])
     for run in runs:
         # every stream read whole by the clients: every chunk the server wrote
         assert run["errors"] == []
@@ -67,6 +78,7 @@ def test_every_run_measured_both_arms(streams_run):
         assert run["server_chunks_per_s"] > 0 and run["gap_p99_ms"] >= run["gap_p50_ms"]
         assert run["cpu_s"]["server"] > 0 and run["cpu_s"]["clients"] > 0
         assert ("observer" in run["cpu_s"]) == (run["arm"] == "observed")
+        assert (run["observer"] is None) == (run["arm"] != "observed")
         if run["arm"] == "observed":
             assert run["cpu_s"]["observer"] > 0
         # the observer's CPU in the steady part of each observed paced run
@@ -80,6 +92,17 @@ def test_every_run_measured_both_arms(streams_run):
     # the bare uprobes were hit, on SSL_write_ex and SSL_read_ex, once a turn each
     bare = next(x for x in s["loops"] if x["arm"] == "unobserved")
     assert bare["bare_calls_per_turn"] >= 2
+    assert bare["write_bare_ns"] > 0
+
+
+def _tracepoints(path: Path) -> list[str]:
+    return re.findall(r"^(?:TRACEPOINT_PROBE|ZL_BARE)\((\w+, \w+)\)", path.read_text(), re.M)
+
+
+def test_the_floor_takes_the_observers_tracepoints():
+    observer = _tracepoints(compiler.source_dir() / "streams.c")
+    floor = _tracepoints(Path(streams_bench.__file__).parent / "tracepoint_floor.c")
+    assert len(observer) >= 17 and floor == observer
 
 
 def test_the_observer_saw_every_paced_stream(streams_run):
@@ -120,4 +143,5 @@ def test_the_text_report(streams_run):
     assert "Token streams on loopback" in text
     assert "a process that streams nothing" in text
     assert "one uprobe hit" in text
+    assert "under bare tracepoints" in text
     assert "what the observer reported of each observed run" in text

