@@ -167,18 +167,14 @@ def _steady(server, observer_pid: int, paced_s: float) -> dict | None:
 
 def _loops(loop, plan: Plan, bare_pid: int | None) -> dict:
     """CPU ns per turn of each loop; with BARE_PID (the loop process), the
-    write loop once more under the bare tracepoints, the ssl loop once more
-    under the bare uprobes, and the calls they counted."""
+    ssl loop once more under the bare uprobes, and the calls they counted."""
     out = {}
     for kind in ("write", "ssl"):
         loop.conn.send({"kind": kind, "turns": plan.loop_turns})
         out[f"{kind}_ns"] = loop.conn.recv()
     if bare_pid is not None:
-        from pyxdp.bench.streams.loops import BareProbes, BareTracepoints
+        from pyxdp.bench.streams.loops import BareProbes
 
-        with BareTracepoints():
-            loop.conn.send({"kind": "write", "turns": plan.loop_turns})
-            out["write_bare_ns"] = loop.conn.recv()
         bare = BareProbes(bare_pid)
         try:
             loop.conn.send({"kind": "ssl", "turns": plan.loop_turns})
@@ -188,6 +184,17 @@ def _loops(loop, plan: Plan, bare_pid: int | None) -> dict:
         finally:
             bare.close()
     return out
+
+
+def _floor(workers: dict, ports: dict, plan: Plan) -> tuple[dict, float]:
+    """The plaintext flood and the send/recv loop under the bare tracepoints
+    (one load of them): the run, and the loop's CPU ns per turn."""
+    from pyxdp.bench.streams.loops import BareTracepoints
+
+    with BareTracepoints():
+        run = _one(workers, ports, None, "plain", "flood", plan)
+        workers["loop"].conn.send({"kind": "write", "turns": plan.loop_turns})
+        return run, workers["loop"].conn.recv()
 
 
 def _profile(workers: dict, ports: dict, observer, plan: Plan) -> dict:
@@ -297,10 +304,9 @@ def measure(plan: Plan, progress: Progress) -> dict:
                             errors += _intruders(own, f"round {r + 1}, {arm}, {transport} {phase}")
                     if observer is None:
                         progress(f"round {r + 1}/{plan.rounds}, {FLOOR_ARM}: plain, flood, "
-                                 "under bare tracepoints")
-                        with loops.BareTracepoints():
-                            runs.append({"round": r, "arm": FLOOR_ARM, **_one(
-                                workers, ports, None, "plain", "flood", plan)})
+                                 "and the send/recv loop, under bare tracepoints")
+                        run, loop_runs[-1]["write_bare_ns"] = _floor(workers, ports, plan)
+                        runs.append({"round": r, "arm": FLOOR_ARM, **run})
                     if observer is not None and not profile:
                         progress(f"round {r + 1}/{plan.rounds}, observed: paced runs with "
                                  "BPF run-time statistics on")
