@@ -122,14 +122,12 @@ class BareProbes:
         self._loaded.close()  # bcc detaches every probe it placed
 
 
-BPF_PROG_TYPE_TRACEPOINT = 5
-
-
 class BareTracepoints:
     """tracepoint_floor.c on the observer's tracepoints (bcc attaches them
     as it loads); a context manager, detaching them all on leaving."""
 
     def __enter__(self) -> "BareTracepoints":
+        from pyxdp.kernel.bpfsys import BPF_PROG_TYPE_TRACEPOINT
         from pyxdp.xdp import compiler
 
         self._loaded = compiler.load("tracepoint_floor.c", "tracepoint__syscalls__sys_enter_read",
