@@ -29,11 +29,12 @@
 
 /* From the loader (pyxdp.streams.probes): the pieces per call, iovecs read
  * per vectored call, map and ring sizes, whether only the pids in
- * zl_st_pids are watched, the observer's own pid (never watched), and after
- * how many calls in a row that are not HTTP a socket is ignored. */
+ * zl_st_pids are watched, the observer's own pid (never watched), after
+ * how many calls in a row that are not HTTP a socket is ignored, and the
+ * mark (in zl_st_ignored) of a connection userspace evicted. */
 #if !defined(ZL_ST_PIECES) || !defined(ZL_ST_IOVS) || !defined(ZL_ST_MAX_CONNS) || \
 	!defined(ZL_ST_RING_PAGES) || !defined(ZL_ST_FILTER_PIDS) || !defined(ZL_ST_SELF) || \
-	!defined(ZL_ST_IGNORE_AFTER)
+	!defined(ZL_ST_IGNORE_AFTER) || !defined(ZL_ST_EVICTED)
 #error "the streams program's sizes are defined by the loader (docs/spec.md section 7.2)"
 #endif
 _Static_assert((ZL_ST_PIECE & (ZL_ST_PIECE - 1)) == 0, "ZL_ST_PIECE is a power of two (zl_at_most)");
@@ -42,6 +43,8 @@ _Static_assert((ZL_ST_PIECE & (ZL_ST_PIECE - 1)) == 0, "ZL_ST_PIECE is a power o
  * structs, from its BTF (pyxdp.streams.btf). The headers bcc compiles
  * against may be another build's, so no kernel struct is taken from them. */
 #if !defined(ZL_ST_OFF_TASK_FILES) || !defined(ZL_ST_OFF_TASK_GROUP_LEADER) || \
+	!defined(ZL_ST_OFF_TASK_TGID) || !defined(ZL_ST_OFF_INODE_INO) || \
+	!defined(ZL_ST_OFF_FILE_REF) || !defined(ZL_ST_FILE_REF_ZERO_BASED) || \
 	!defined(ZL_ST_OFF_TASK_COMM) || !defined(ZL_ST_OFF_TASK_SIGNAL) || \
 	!defined(ZL_ST_OFF_SIGNAL_LIVE) || !defined(ZL_ST_OFF_FILES_FDT) || \
 	!defined(ZL_ST_OFF_FDT_MAX_FDS) || !defined(ZL_ST_OFF_FDT_FD) || \
@@ -182,6 +185,9 @@ static __always_inline struct zl_st_event *zl_st_new(__u8 kind, __u32 tgid, __u6
 	ev->kind = kind;
 	ev->out = 0;
 	ev->tls = tls;
+	ev->aux = 0;
+	ev->uid = 0;
+	ev->flags = 0;
 	ev->family = 0;
 	ev->lport = 0;
 	ev->rport = 0;
@@ -198,17 +204,26 @@ static __always_inline int zl_st_send(struct zl_st_event *ev, __u64 len)
 	return zl_st_events.ringbuf_output(ev, ZL_ST_HEADER + len, BPF_RB_NO_WAKEUP);
 }
 
-/* An end (a close, a process's exit) the full ring refused: kept here with
- * its time, for userspace to take out, so that no stream stays open for
- * ever after a burst. An exit's key has tls ZL_ST_EXIT_KEY and id 0. */
-BPF_HASH(zl_st_ends_missed, struct zl_st_key, __u64, 16384);
+/* An end (a close, a process's exit, a fork) the full ring refused: kept
+ * here with what its event said, for userspace to take out, so that no
+ * stream stays open for ever after a burst. An exit's key has tls
+ * ZL_ST_EXIT_KEY and id 0; a fork's tls ZL_ST_FORK_KEY and id the child. */
+struct zl_st_missed {
+	__u64 ts;
+	__u64 off; /* as the event's */
+	__u64 aux;
+	__u64 flags;
+};
+
+BPF_HASH(zl_st_ends_missed, struct zl_st_key, struct zl_st_missed, 16384);
 
 static __always_inline void zl_st_send_end(struct zl_st_event *ev, struct zl_st_key *key)
 {
-	__u64 ts = ev->ts;
+	struct zl_st_missed kept = {.ts = ev->ts, .off = ev->off, .aux = ev->aux,
+				    .flags = ev->flags};
 
 	if (zl_st_send(ev, 0))
-		zl_st_ends_missed.update(key, &ts);
+		zl_st_ends_missed.update(key, &kept);
 }
 
 static __always_inline int zl_st_watched(__u32 tgid)
@@ -232,29 +247,51 @@ static __always_inline void *zl_st_ptr(const void *base, __u32 off)
 	return p;
 }
 
-/* The process's socket at FD (its struct sock) when it is a TCP one
- * (stream, IPv4 or IPv6). */
-static __always_inline void *zl_st_tcp_sock(__u32 fd)
+/* The calling process's open file at FD (its struct file), or NULL. */
+static __always_inline void *zl_st_file(__u32 fd)
 {
 	void *task = (void *)bpf_get_current_task();
 	void *fdt = zl_st_ptr(zl_st_ptr(task, ZL_ST_OFF_TASK_FILES), ZL_ST_OFF_FILES_FDT);
-	void *file, *sock, *sk;
 	unsigned int max_fds = 0;
-	__u16 mode = 0, family = 0;
-	short type = 0;
 
 	if (!fdt)
 		return NULL;
 	bpf_probe_read_kernel(&max_fds, sizeof(max_fds), (char *)fdt + ZL_ST_OFF_FDT_MAX_FDS);
 	if (fd >= max_fds)
 		return NULL;
-	file = zl_st_ptr(zl_st_ptr(fdt, ZL_ST_OFF_FDT_FD), fd * sizeof(void *));
+	return zl_st_ptr(zl_st_ptr(fdt, ZL_ST_OFF_FDT_FD), fd * sizeof(void *));
+}
+
+/* Whether descriptors other than the one being closed hold FILE: a forked
+ * process's, a dup's, one passed over a UNIX socket. Then its close(2) is
+ * not the socket's end. */
+static __always_inline int zl_st_file_shared(const void *file)
+{
+	long refs = 0;
+
+	if (!file || bpf_probe_read_kernel(&refs, sizeof(refs), (char *)file + ZL_ST_OFF_FILE_REF))
+		return 0;
+	return ZL_ST_FILE_REF_ZERO_BASED ? refs > 0 : refs > 1;
+}
+
+/* The process's socket at FD (its struct sock) when it is a TCP one
+ * (stream, IPv4 or IPv6); its inode number, which names the socket in
+ * every process holding it, in *INO when INO is given. */
+static __always_inline void *zl_st_tcp_sock_ino(__u32 fd, __u64 *ino)
+{
+	void *file = zl_st_file(fd);
+	void *inode, *sock, *sk;
+	__u16 mode = 0, family = 0;
+	short type = 0;
+
 	if (!file)
 		return NULL;
-	bpf_probe_read_kernel(&mode, sizeof(mode),
-			      (char *)zl_st_ptr(file, ZL_ST_OFF_FILE_INODE) + ZL_ST_OFF_INODE_MODE);
+	inode = zl_st_ptr(file, ZL_ST_OFF_FILE_INODE);
+	bpf_probe_read_kernel(&mode, sizeof(mode), (char *)inode + ZL_ST_OFF_INODE_MODE);
 	if (!S_ISSOCK(mode))
 		return NULL;
+	if (ino)
+		bpf_probe_read_kernel(ino, sizeof(*ino), (char *)inode + ZL_ST_OFF_INODE_INO);
 	sock = zl_st_ptr(file, ZL_ST_OFF_FILE_PRIVATE);
 	if (!sock)
 		return NULL;
@@ -268,6 +305,11 @@ static __always_inline void *zl_st_tcp_sock(__u32 fd)
 	if (family != ZL_ST_AF_INET && family != ZL_ST_AF_INET6)
 		return NULL;
 	return sk;
+}
+
+static __always_inline void *zl_st_tcp_sock(__u32 fd)
+{
+	return zl_st_tcp_sock_ino(fd, NULL);
 }
 
 static __always_inline int zl_st_is_hex(char c)
@@ -372,6 +414,7 @@ static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u6
 	void *leader = zl_st_ptr(task, ZL_ST_OFF_TASK_GROUP_LEADER);
 	struct zl_st_event *ev;
 	void *sk = NULL;
+	__u64 ino = 0;
 	__u8 yes = 1;
 
 	zl_st_procs.update(&key->tgid, &yes);
@@ -379,14 +422,16 @@ static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u6
 	if (!ev)
 		return;
 	ev->fd = fd;
+	ev->uid = (__u32)bpf_get_current_uid_gid();
 	if (!leader || bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm),
 						 (char *)leader + ZL_ST_OFF_TASK_COMM) < 0)
 		ev->comm[0] = 0;
 	if (fd >= 0)
-		sk = zl_st_tcp_sock(fd);
+		sk = zl_st_tcp_sock_ino(fd, &ino);
 	if (sk) {
 		__u16 dport = 0;
 
+		ev->aux = ino;
 		bpf_probe_read_kernel(&ev->family, sizeof(ev->family),
 				      (char *)sk + ZL_ST_OFF_SK_FAMILY);
 		bpf_probe_read_kernel(&ev->lport, sizeof(ev->lport), (char *)sk + ZL_ST_OFF_SK_NUM);
@@ -440,6 +485,10 @@ static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s
 
 	if (conn)
 		return conn->skip ? NULL : conn;
+	/* plaintext was checked at the call's entry; a TLS connection is
+	 * ignored only when userspace evicted it */
+	if (key->tls && zl_st_is_ignored(key))
+		return NULL;
 	verdict = zl_st_recognise(buf, first);
 	if (verdict == ZL_ST_NO) {
 		zl_st_not_http(key);
@@ -712,15 +761,41 @@ TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg)
 	return 0;
 }
 
-/* The end of a connection: a plaintext one, or the SSL one over the socket. */
-static __always_inline void zl_st_end(struct zl_st_key *key)
+/* KEY's descriptor is closed: it is not ignored any more. One that
+ * userspace evicted (marked ZL_ST_EVICTED) is told, with a close of its
+ * own, so that userspace forgets it too. */
+static __always_inline void zl_st_forget_ignored(struct zl_st_key *key)
+{
+	__u32 *n = zl_st_ignored.lookup(key);
+	struct zl_st_event *ev;
+
+	if (!n)
+		return;
+	if (*n == ZL_ST_EVICTED) {
+		ev = zl_st_new(ZL_ST_CLOSE, key->tgid, key->id, key->tls, bpf_ktime_get_ns());
+		if (ev)
+			zl_st_send_end(ev, key);
+	}
+	zl_st_ignored.delete(key);
+}
+
+/* The close of a connection's descriptor: a plaintext one, or the SSL one
+ * over the socket, with the bytes it carried in all (for userspace to know
+ * what the ring lost at its end) and whether other descriptors still hold
+ * the socket (SHARED: then it is not the connection's end). */
+static __always_inline void zl_st_end(struct zl_st_key *key, struct zl_st_conn *conn, int shared)
 {
 	struct zl_st_event *ev;
+	__u64 seen_in = conn->seq[0], seen_out = conn->seq[1];
 
 	zl_st_conns.delete(key);
 	ev = zl_st_new(ZL_ST_CLOSE, key->tgid, key->id, key->tls, bpf_ktime_get_ns());
-	if (ev)
-		zl_st_send_end(ev, key);
+	if (!ev)
+		return;
+	ev->off = seen_in;
+	ev->aux = seen_out;
+	ev->flags = shared ? ZL_ST_SHARED : 0;
+	zl_st_send_end(ev, key);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
@@ -728,11 +803,13 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct zl_st_key key = {.tgid = tgid, .tls = 0, .id = args->fd};
 	struct zl_st_link by_fd = {.tgid = tgid, .id = args->fd};
+	struct zl_st_conn *conn;
+	int shared = -1; /* not read yet: most closes are of nothing tracked */
 	__u64 *ssl;
 
 	if (!zl_st_watched(tgid))
 		return 0;
-	zl_st_ignored.delete(&key);
+	zl_st_forget_ignored(&key);
 	ssl = zl_st_fd_ssls.lookup(&by_fd);
 	if (ssl) {
 		struct zl_st_link by_ssl = {.tgid = tgid, .id = *ssl};
@@ -740,11 +817,19 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 
 		zl_st_fd_ssls.delete(&by_fd);
 		zl_st_ssl_fds.delete(&by_ssl);
-		if (zl_st_conns.lookup(&tls_key))
-			zl_st_end(&tls_key);
+		zl_st_forget_ignored(&tls_key);
+		conn = zl_st_conns.lookup(&tls_key);
+		if (conn) {
+			shared = zl_st_file_shared(zl_st_file(args->fd));
+			zl_st_end(&tls_key, conn, shared);
+		}
 	}
-	if (zl_st_conns.lookup(&key))
-		zl_st_end(&key);
+	conn = zl_st_conns.lookup(&key);
+	if (conn) {
+		if (shared < 0)
+			shared = zl_st_file_shared(zl_st_file(args->fd));
+		zl_st_end(&key, conn, shared);
+	}
 	return 0;
 }
 
@@ -767,6 +852,39 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 	ev = zl_st_new(ZL_ST_EXIT, tgid, 0, 0, bpf_ktime_get_ns());
 	if (ev)
 		zl_st_send_end(ev, &key);
+	return 0;
+}
+
+/* A new process (not a thread) forked by one holding connections: its
+ * connections are the parent's too (one socket, now in both), so userspace
+ * is told, and its exit will be reported. Under --pid the child is
+ * watched as its parent is. */
+RAW_TRACEPOINT_PROBE(sched_process_fork)
+{
+	void *parent = (void *)ctx->args[0], *child = (void *)ctx->args[1];
+	struct zl_st_key key = {.tls = ZL_ST_FORK_KEY};
+	struct zl_st_event *ev;
+	__u32 ptgid = 0, ctgid = 0;
+	__u8 yes = 1;
+
+	bpf_probe_read_kernel(&ptgid, sizeof(ptgid), (char *)parent + ZL_ST_OFF_TASK_TGID);
+	bpf_probe_read_kernel(&ctgid, sizeof(ctgid), (char *)child + ZL_ST_OFF_TASK_TGID);
+	if (ptgid == ctgid)
+		return 0;
+#if ZL_ST_FILTER_PIDS
+	if (zl_st_pids.lookup(&ptgid))
+		zl_st_pids.update(&ctgid, &yes);
+#endif
+	if (!zl_st_procs.lookup(&ptgid) || !zl_st_watched(ptgid))
+		return 0;
+	zl_st_procs.update(&ctgid, &yes);
+	ev = zl_st_new(ZL_ST_FORK, ptgid, 0, 0, bpf_ktime_get_ns());
+	if (!ev)
+		return 0;
+	ev->aux = ctgid;
+	key.tgid = ptgid;
+	key.id = ctgid;
+	zl_st_send_end(ev, &key);
 	return 0;
 }
 

@@ -61,7 +61,7 @@ def test_histograms_and_counters_from_streams():
 
 def test_model_label_is_bounded():
     tr = StreamTracker()
-    m = StreamMetrics(max_models=5)
+    m = StreamMetrics(models_per_owner=5)
     tr.metrics = m
     for i in range(12):
         stream(tr, (i, 1), openai_events(("a", "b"), model=f"model-{i}"))
@@ -70,6 +70,39 @@ def test_model_label_is_bounded():
     models = {s.labels["model"] for s in
               families(m)["zerolayer_stream_time_per_output_chunk_seconds"].samples}
     assert models == {f"model-{i}" for i in range(5)} | {"other", "unknown"}
+
+
+def test_one_user_cannot_use_up_the_model_labels():
+    """80 model names from one uid fill that uid's budget only: root's model,
+    and another service's, keep their own series (docs/spec.md §11.5)."""
+    from pyxdp.streams import metrics as metrics_mod
+
+    tr = StreamTracker()
+    m = StreamMetrics()
+    tr.metrics = m
+    for i in range(80):
+        tr.describe((1000 + i, 1), pid=1000 + i, uid=1001)
+        stream(tr, (1000 + i, 1), openai_events(("a", "b"), model=f"user-model-{i}"))
+    tr.describe((1, 1), pid=1, uid=0)
+    stream(tr, (1, 1), openai_events(("a", "b"), model="root-model"))
+    tr.describe((2, 1), pid=2, uid=998)
+    stream(tr, (2, 1), openai_events(("a", "b"), model="service-model"))
+    models = {s.labels["model"] for s in
+              families(m)["zerolayer_stream_time_per_output_chunk_seconds"].samples}
+    assert {"root-model", "service-model", "other"} <= models
+    assert len(models - {"root-model", "service-model", "other"}) == metrics_mod.MODELS_PER_OWNER
+    # many uids (a user's subordinate uids) still cannot reach root's budget
+    for uid in range(200000, 200000 + 3 * metrics_mod.OWN_BUDGETS):
+        for j in range(metrics_mod.MODELS_PER_OWNER + 1):
+            pid = uid * 100 + j
+            tr.describe((pid, 1), pid=pid, uid=uid)
+            stream(tr, (pid, 1), openai_events(("a", "b"), model=f"m-{uid}-{j}"))
+    tr.describe((3, 1), pid=3, uid=0)
+    stream(tr, (3, 1), openai_events(("a", "b"), model="root-model-2"))
+    models = {s.labels["model"] for s in
+              families(m)["zerolayer_stream_time_per_output_chunk_seconds"].samples}
+    assert "root-model-2" in models
+    assert len(models) <= metrics_mod.MAX_MODEL_VALUES
 
 
 def test_exposition_is_promtool_clean():

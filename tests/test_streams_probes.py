@@ -25,7 +25,16 @@ def test_btf_offsets_of_well_known_fields():
     # through anonymous unions and structs, and a nested path
     assert types.offset("sock_common", "skc_daddr") == 0
     assert types.offset("sock", "__sk_common.skc_rcv_saddr") == 4
-    assert set(probes.kernel_offsets()) == {f"ZL_ST_OFF_{n}" for n in probes.KERNEL_FIELDS}
+    offsets = probes.kernel_offsets()
+    assert set(offsets) == {f"ZL_ST_OFF_{n}" for n in probes.KERNEL_FIELDS} | {
+        "ZL_ST_OFF_FILE_REF", "ZL_ST_FILE_REF_ZERO_BASED"}
+    # the file's reference count: file_ref_t from 6.13 (one less than the references)
+    try:
+        assert offsets["ZL_ST_OFF_FILE_REF"] == types.offset("file", "f_ref.refcnt")
+        assert offsets["ZL_ST_FILE_REF_ZERO_BASED"] == 1
+    except ZerolayerError:  # before 6.13: an atomic_long_t
+        assert offsets["ZL_ST_OFF_FILE_REF"] == types.offset("file", "f_count.counter")
+        assert offsets["ZL_ST_FILE_REF_ZERO_BASED"] == 0
     with pytest.raises(ZerolayerError, match="no nosuchfield"):
         types.offset("list_head", "nosuchfield")
 
@@ -79,7 +88,10 @@ class Recorder:
         self.bytes: dict = {}
         self.lost: dict = {}
         self.ends: list = []
+        self.shared: dict = {}
         self.exited: list = []
+        self.forks: list = []
+        self.on_evicted = None
 
     def describe(self, conn, **kw):
         self.described[conn] = kw
@@ -89,11 +101,16 @@ class Recorder:
         self.bytes[key] = self.bytes.get(key, b"") + payload
         self.lost[key] = self.lost.get(key, 0) + lost
 
-    def closed(self, conn, t_ns):
+    def closed(self, conn, t_ns, shared=False):
         self.ends.append(conn)
+        self.shared[conn] = shared
 
     def process_exited(self, pid, t_ns):
         self.exited.append(pid)
+
+    def forked(self, parent, child):
+        self.forks.append((parent, child))
+        return []
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +196,52 @@ def test_what_is_tracked_and_copied(watched, mode):
     assert rec.lost[key] == len(total) - len(sent)
     assert sent.endswith(b"data: a\n\ndata: b\n\n")
     assert conn_id in rec.ends
+    assert s.failures == {}
+
+
+FORKER = r"""
+import os, socket, sys, time
+port = int(sys.argv[1])
+c = socket.create_connection(("127.0.0.1", port))
+c.sendall(b"POST /v1/x HTTP/1.1\r\nHost: a\r\n\r\n")
+time.sleep(0.3)  # the request is announced before the fork
+child = os.fork()
+if child == 0:
+    time.sleep(0.3)
+    c.sendall(b"data: from the child\n\n")
+    c.close()  # the last descriptor: the socket's end
+    os._exit(0)
+c.close()  # the child still holds the socket: shared
+os.waitpid(child, 0)
+"""
+
+
+@pytest.mark.root
+def test_a_fork_is_reported_and_a_shared_close_says_so(watched):
+    """The kernel reports a tracked process's fork with the child's tgid
+    (not a thread's); the parent's close of a socket the child still holds
+    is flagged shared, the child's last close is not; both keys name the
+    same socket inode."""
+    p, s, rec = watched
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    peer = subprocess.Popen([sys.executable, "-c", FORKER, str(port)])
+    conn, _ = srv.accept()
+    got = b"".join(iter(lambda: conn.recv(65536), b""))
+    assert peer.wait(10) == 0
+    conn.close()
+    srv.close()
+    drain(s)
+    forks = [f for f in rec.forks if f[0] == peer.pid]
+    assert len(forks) == 1 and forks[0][1] != peer.pid
+    child = forks[0][1]
+    parent_key = next(k for k in rec.ends if k[0] == peer.pid)
+    child_key = next(k for k in rec.ends if k[0] == child)
+    assert rec.shared[parent_key] is True and rec.shared[child_key] is False
+    assert rec.described[parent_key]["socket"] == rec.described[child_key]["socket"] > 0
+    assert rec.described[parent_key]["uid"] == os.getuid()
+    assert rec.bytes[(child_key, True)] == b"data: from the child\n\n"
+    assert got.endswith(b"data: from the child\n\n")
     assert s.failures == {}
 
 

@@ -255,7 +255,7 @@ def test_lost_bytes_are_counted_and_the_stream_goes_on():
             continue
         tr.data((1, 1), False, p, (i + 2) * MS, lost=len(evs[4]) + len(evs[5]) if i == 6 else 0)
     s = one(tr)
-    assert (s["chunks"], s["status"], s["lost_bytes"]) == (8, "done", len(evs[4]) + len(evs[5]))
+    assert (s["chunks"], s["status"], s["lost_bytes"]) == (8, "incomplete", len(evs[4]) + len(evs[5]))
     assert tr.counters["lost_bytes"] == s["lost_bytes"] and tr.counters["resyncs"] >= 1
 
 
@@ -298,11 +298,124 @@ def test_open_streams_and_ttft_on_the_server_side():
 def test_at_most_max_streams_oldest_evicted_and_counted():
     m = StreamMetrics()
     tr = StreamTracker(max_streams=10, metrics=m)
+    told = []
+    tr.on_evicted = told.append
     for i in range(25):
         stream(tr, (i, 1), openai_events(("a",), done=False), end=False)
     assert len(tr.open_streams()) == 10 and tr.counters["evicted"] == 15
+    assert tr.counters["evicted_client"] == 15 and tr.counters["evicted_server"] == 0
     assert tr.counters["connections"] == 10 and tr.counters["streams_open"] == 10
-    assert b"zerolayer_stream_evictions_total 15.0" in m.render()
+    assert b'zerolayer_stream_evictions_total{side="client"} 15.0' in m.render()
+    assert told == [(i, 1) for i in range(15)]  # the kernel side ignores them too
+
+
+def test_an_evicted_connection_never_comes_back_mid_way():
+    tr = StreamTracker(max_streams=4)
+    words = tuple("abcdef")
+    evs = chunked(openai_events(words))
+    for i in range(8):  # each past the first four evicts one, mid-stream
+        tr.data((i, 1), True, request(), 0)
+        tr.describe((i, 1), pid=i, socket=1000 + i)
+        tr.data((i, 1), False, sse_head() + b"".join(evs[:2]), MS)
+    assert tr.counters["evicted"] == 4
+    for i in range(8):  # their later chunks, [DONE] and closes
+        tr.data((i, 1), False, b"".join(evs[2:]), 10 * MS)
+        tr.describe((i, 1), pid=i, socket=1000 + i)  # the kernel announced it again: ignored
+        tr.closed((i, 1), 11 * MS)
+    got = tr.pop_finished()
+    assert sorted(s["pid"] for s in got) == [4, 5, 6, 7]
+    assert all(s["status"] == "done" and s["http_status"] == 200 and s["chunks"] == len(words)
+               for s in got)
+    c = tr.counters
+    assert c["streams_done"] == 4 and c["evicted"] == 4 and c["streams_open"] == 0
+    # after its close the descriptor is free: a new connection on it is seen
+    stream(tr, (0, 1), openai_events(("x", "y")))
+    tr.closed((0, 1), 99 * MS)
+    assert one(tr)["chunks"] == 2
+
+
+def test_a_reused_descriptor_of_an_evicted_connection_is_a_new_connection():
+    tr = StreamTracker(max_streams=1)
+    tr.describe((1, 1), pid=1, socket=500)
+    tr.data((1, 1), True, request(), 0)
+    tr.describe((2, 1), pid=2, socket=501)  # evicts (1, 1), whose close the kernel lost
+    tr.describe((1, 1), pid=1, socket=502)  # fd 1 of pid 1 now holds another socket
+    stream(tr, (1, 1), openai_events(("a",)))
+    tr.closed((1, 1), 99 * MS)
+    assert one(tr)["chunks"] == 1
+
+
+def _server_half(tr, conn, evs, upto, t=MS):
+    tr.data(conn, False, request(), 0)
+    tr.data(conn, True, sse_head() + b"".join(evs[:upto]), t)
+
+
+@pytest.mark.parametrize("parent_ends", ["exit", "close"])
+def test_a_fork_mid_stream_is_one_stream_ended_once(parent_ends):
+    """A server reads the request and writes part of the stream, forks; the
+    parent exits (or closes its descriptor, the socket shared), the child
+    writes the rest and closes: one stream, done."""
+    tr = StreamTracker()
+    evs = chunked(openai_events(tuple("abcd")))
+    tr.describe((10, 0, 7), pid=10, comm="srv", socket=4242)
+    _server_half(tr, (10, 0, 7), evs, 2)
+    assert tr.forked(10, 11) == [(11, 0, 7)]
+    if parent_ends == "exit":
+        tr.process_exited(10, 2 * MS)
+    else:
+        tr.closed((10, 0, 7), 2 * MS, shared=True)
+    assert tr.pop_finished() == []
+    tr.describe((11, 0, 7), pid=11, comm="srv", socket=4242)  # the child's first call
+    tr.data((11, 0, 7), True, b"".join(evs[2:]), 3 * MS)
+    tr.closed((11, 0, 7), 4 * MS)
+    s = one(tr)
+    assert (s["side"], s["status"], s["chunks"], s["pid"]) == ("server", "done", 4, 11)
+    assert s["time_to_first_chunk_ms"] is not None
+    assert tr.counters["streams_open"] == 0 and tr.counters["connections"] == 0
+
+
+def test_a_socket_passed_on_is_adopted_by_its_new_holder():
+    tr = StreamTracker()
+    evs = chunked(openai_events(tuple("abc")))
+    tr.describe((20, 0, 5), pid=20, socket=77)
+    _server_half(tr, (20, 0, 5), evs, 1)
+    tr.closed((20, 0, 5), 2 * MS, shared=True)  # sent over a UNIX socket, then closed
+    tr.describe((21, 0, 9), pid=21, socket=77)  # the receiver's descriptor
+    tr.data((21, 0, 9), True, b"".join(evs[1:]), 3 * MS)
+    tr.closed((21, 0, 9), 4 * MS)
+    s = one(tr)
+    assert (s["status"], s["chunks"], s["pid"]) == ("done", 3, 21)
+
+
+def test_an_unshared_close_still_ends_the_stream_at_once():
+    tr = StreamTracker()
+    evs = chunked(openai_events(tuple("abc")))
+    tr.describe((30, 0, 5), pid=30, socket=78)
+    _server_half(tr, (30, 0, 5), evs, 2)
+    tr.closed((30, 0, 5), 2 * MS, shared=False)
+    assert one(tr)["status"] == "cancelled"
+
+
+def test_bytes_lost_at_the_end_make_the_stream_incomplete():
+    """The ring lost the last chunks and [DONE]; the close says how many
+    bytes the connection carried (the session passes the difference)."""
+    tr = StreamTracker()
+    evs = chunked(openai_events(tuple("abcdef")))
+    tr.data((1, 1), True, request(), 0)
+    tr.data((1, 1), False, sse_head() + b"".join(evs[:3]), MS)
+    tr.data((1, 1), False, b"", 2 * MS, lost=sum(map(len, evs[3:])))
+    tr.closed((1, 1), 2 * MS)
+    s = one(tr)
+    assert (s["status"], s["chunks"]) == ("incomplete", 2)
+    assert s["lost_bytes"] == sum(map(len, evs[3:]))
+    assert tr.counters["streams_incomplete"] == 1
+
+
+def test_a_process_name_is_escaped_not_dropped():
+    tr = StreamTracker()
+    tr.describe((1, 1), pid=1, comm="a\x1b]0;x\x07b")
+    stream(tr, (1, 1), openai_events(("a",)))
+    assert one(tr)["comm"] == "a\\x1b]0;x\\x07b"
 
 
 def test_non_http_traffic_is_ignored_and_bounded():
@@ -448,7 +561,7 @@ _PIECES = [request(), sse_head(), *chunked(openai_events(tuple("abc"), usage=3))
                           st.integers(0, 30)), max_size=30),
        st.sampled_from([1, 2, 50]))
 def test_any_bytes_in_any_order_never_raise_and_the_books_balance(calls, max_streams):
-    m = StreamMetrics(max_models=2)
+    m = StreamMetrics(models_per_owner=2)
     tr = StreamTracker(max_streams=max_streams, stall_ms=5, metrics=m)
     t = 0
     for payload, conn, outgoing, lost, action in calls:
@@ -463,7 +576,8 @@ def test_any_bytes_in_any_order_never_raise_and_the_books_balance(calls, max_str
     finished = tr.pop_finished()
     assert c["streams_open"] == len(tr.open_streams()) >= 0
     assert len(finished) + c["reports_dropped"] == (c["streams_done"] + c["streams_cancelled"]
-                                                    + c["streams_error"])
-    assert all(s["status"] in ("done", "cancelled", "error") for s in finished)
+                                                    + c["streams_error"] + c["streams_incomplete"])
+    assert all(s["status"] in ("done", "cancelled", "error", "incomplete") for s in finished)
+    assert all(s["lost_bytes"] == 0 for s in finished if s["status"] != "incomplete")
     json.dumps(finished)
     m.render()

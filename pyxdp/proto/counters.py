@@ -107,14 +107,16 @@ STREAM_GAPS = Metric(
     "observed as each chunk passes", kind="histogram", unit="seconds", labels=STREAM_LABELS)
 STREAMS_ENDED = Metric("streams", "Token streams that ended, by status",
                        labels=STREAM_LABELS[:3], by="status",
-                       reasons=("done", "cancelled", "error"))
+                       reasons=("done", "cancelled", "error", "incomplete"))
 STREAM_CHUNKS = Metric("stream_chunks", "Chunks (events carrying generated output)",
                        labels=STREAM_LABELS)
 STREAM_TOKENS = Metric("stream_tokens", "Output tokens, as the streams' usage reports them, "
                        "counted when a stream ends", labels=STREAM_LABELS)
 STREAM_STALLS = Metric("stream_stalls", "Gaps between chunks longer than the stall threshold",
                        labels=STREAM_LABELS)
-STREAM_EVICTIONS = Metric("stream_evictions", "Open streams dropped to keep the tracker bounded")
+STREAM_EVICTIONS = Metric("stream_evictions", "Open streams dropped to keep the tracker bounded "
+                          "(not reported; their connections ignored until closed)",
+                          labels=("side",))
 # These three are read from the tracker's own counters (StreamTracker.counters).
 STREAMS_OPEN = Metric("streams_open", "Token streams under way", kind="gauge")
 STREAM_UNSUPPORTED = Metric(

@@ -6,9 +6,13 @@ written, not when the stream ends) and when streams end.
 Their names, help, units and labels are rows of the table of counters and
 metrics (pyxdp.proto.counters, STREAM_METRICS). The histograms are named
 after OpenTelemetry's GenAI chunk metrics (time to first chunk, time per
-output chunk), labelled side, api, tls and model. model is bounded: the
-first MAX_MODELS names seen keep their own series, any later one is
-"other"; a stream that names none is "unknown".
+output chunk), labelled side, api, tls and model. model is bounded, and
+no user can use up the bound for the others: each owner (the uid of the
+process that named the model) may bring MODELS_PER_OWNER names; root and
+the first OWN_BUDGETS other uids have a budget each, every later uid
+shares one. A name beyond its owner's budget is "other"; a stream that
+names none is "unknown". So a scrape holds at most MAX_MODEL_VALUES
+model values.
 """
 
 import threading
@@ -16,7 +20,9 @@ from bisect import bisect_left
 
 from pyxdp.proto import counters as table
 
-MAX_MODELS = 50
+MODELS_PER_OWNER = 8
+OWN_BUDGETS = 8  # uids besides root with a budget of their own
+MAX_MODEL_VALUES = (OWN_BUDGETS + 2) * MODELS_PER_OWNER + 2  # root's, the shared, other, unknown
 # OpenTelemetry's advice for time_to_first_token, with finer steps below 10 ms.
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
                 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -46,14 +52,15 @@ class StreamMetrics:
     reads: the lock guards only the tables' keys (a new label set, a scrape's
     copy), so a chunk costs no lock."""
 
-    def __init__(self, max_models: int = MAX_MODELS, counters=None) -> None:
+    def __init__(self, models_per_owner: int = MODELS_PER_OWNER, counters=None) -> None:
         self._lock = threading.Lock()
-        self._max_models = max_models
+        self._per_owner = models_per_owner
         self._models: set[str] = set()
+        self._budgets: dict[int | None, int] = {0: 0}  # uid (None: the shared one): names brought
         self._series: dict[tuple, _Series] = {}   # bounded labels -> series
         self._by_labels: dict[tuple, _Series] = {}  # the tracker's labels -> series (a cache)
         self._streams: dict[tuple, int] = {}
-        self._evicted = 0
+        self._evicted: dict[str, int] = {}  # by side
         self._counters = counters  # optional: a callable giving the tracker's counters
 
     # --- fed by the tracker -------------------------------------------------------------
@@ -64,7 +71,9 @@ class StreamMetrics:
             return series
         model = labels[3] or "unknown"
         if model not in self._models and model != "unknown":
-            if len(self._models) < self._max_models:
+            owner = self._owner(labels[4] if len(labels) > 4 else None)
+            if self._budgets[owner] < self._per_owner:
+                self._budgets[owner] += 1
                 self._models.add(model)
             else:
                 model = "other"
@@ -73,9 +82,19 @@ class StreamMetrics:
             series = self._series.get(key)
             if series is None:
                 series = self._series[key] = _Series()
-            if len(self._by_labels) < 64 * self._max_models:  # the cache is bounded too
+            if len(self._by_labels) < 64 * MAX_MODEL_VALUES:  # the cache is bounded too
                 self._by_labels[labels] = series
         return series
+
+    def _owner(self, uid: int | None) -> int | None:
+        """Whose budget a model named by UID's process comes from."""
+        if uid in self._budgets:
+            return uid
+        if uid is not None and len(self._budgets) - (None in self._budgets) <= OWN_BUDGETS:
+            self._budgets[uid] = 0
+            return uid
+        self._budgets.setdefault(None, 0)
+        return None
 
     def first_chunk(self, labels: tuple, seconds: float) -> None:
         series = self._by_labels.get(labels) or self._get(labels)
@@ -103,8 +122,9 @@ class StreamMetrics:
         with self._lock:
             self._streams[skey] = self._streams.get(skey, 0) + 1
 
-    def evicted(self, n: int) -> None:
-        self._evicted += n
+    def evicted(self, side: str, n: int) -> None:
+        with self._lock:
+            self._evicted[side] = self._evicted.get(side, 0) + n
 
     # --- read by a scrape ---------------------------------------------------------------
 
@@ -127,7 +147,7 @@ class StreamMetrics:
 
         with self._lock:
             series = sorted(self._series.items())
-            streams, evicted = sorted(self._streams.items()), self._evicted
+            streams, evicted = sorted(self._streams.items()), sorted(self._evicted.items())
 
         def hist(m, bounds, counts_of, sum_of):
             fam = table.family(m)
@@ -160,7 +180,10 @@ class StreamMetrics:
         yield counter(table.STREAM_CHUNKS, lambda x: x.chunks)
         yield counter(table.STREAM_TOKENS, lambda x: x.tokens)
         yield counter(table.STREAM_STALLS, lambda x: x.stalls)
-        yield table.family(table.STREAM_EVICTIONS, value=evicted)
+        evictions = table.family(table.STREAM_EVICTIONS)
+        for side, n in evicted:
+            evictions.add_metric([side], n)
+        yield evictions
         if self._counters is not None:
             c = self._counters()
             yield table.family(table.STREAMS_OPEN, value=c.get("streams_open", 0))

@@ -21,8 +21,10 @@ from pyxdp.xdp import compiler
 SOURCE = "streams.c"
 
 # Event kinds (bpf/streams.h), numbered from 1.
-DATA, CONN, CLOSE, EXIT, LINK = 1, 2, 3, 4, 5
-EXIT_KEY = 2  # the tls field of an exit's key among the missed ends (zl_st_ends_missed)
+DATA, CONN, CLOSE, EXIT, LINK, FORK = 1, 2, 3, 4, 5, 6
+SHARED = 1  # a CLOSE's flag: other descriptors still hold the socket's file
+# The tls field of an exit's and a fork's key among the missed ends (zl_st_ends_missed)
+EXIT_KEY, FORK_KEY = 2, 3
 PIECE = 4096  # payload bytes per event
 PIECES = 4  # events per call at most: a longer call is partly missed, and counted
 # iovecs read per readv/writev/recvmsg/sendmsg (the first in up to PIECES pieces,
@@ -35,14 +37,17 @@ MAX_PIDS = 1024  # entries of zl_st_pids
 # joined in the middle of a long body, is not given up before its next
 # response (docs/spec.md §11.1).
 IGNORE_AFTER = 64
+# zl_st_ignored's mark of a connection the tracker evicted: ignored as the
+# others are, and its close reported, so userspace forgets it then.
+EVICTED = 0xFFFFFFFF
 
 # struct zl_st_event (bpf/streams.h): change both together.
 EVENT = Layout(
     "zl_st_event",
-    ("ts", "Q"), ("id", "Q"), ("off", "Q"),
-    ("tgid", "I"), ("len", "I"), ("fd", "i"),
-    ("kind", "B"), ("out", "B"), ("tls", "B"), ("pad", "x"),
-    ("family", "H"), ("lport", "H"), ("rport", "H"), ("pad2", "2x"),
+    ("ts", "Q"), ("id", "Q"), ("off", "Q"), ("aux", "Q"),
+    ("tgid", "I"), ("len", "I"), ("fd", "i"), ("uid", "I"),
+    ("kind", "B"), ("out", "B"), ("tls", "B"), ("flags", "B"),
+    ("family", "H"), ("lport", "H"), ("rport", "H"), ("pad", "2x"), ("pad2", "4x"),
     ("laddr", "16s"), ("raddr", "16s"), ("comm", "16s"),
     ("data", f"{PIECE}s"),
 )
@@ -62,12 +67,14 @@ def c_defines() -> dict[str, int]:
     """The event's constants (bpf/streams.h), by C name."""
     return {"ZL_ST_PIECE": PIECE, "ZL_ST_DATA": DATA, "ZL_ST_CONN": CONN,
             "ZL_ST_CLOSE": CLOSE, "ZL_ST_EXIT": EXIT, "ZL_ST_LINK": LINK,
-            "ZL_ST_EXIT_KEY": EXIT_KEY}
+            "ZL_ST_FORK": FORK, "ZL_ST_SHARED": SHARED, "ZL_ST_EXIT_KEY": EXIT_KEY,
+            "ZL_ST_FORK_KEY": FORK_KEY}
 
 
 # The kernel struct fields the C reads: -D ZL_ST_OFF_<NAME> = byte offset.
 KERNEL_FIELDS = {
     "TASK_FILES": ("task_struct", "files"),
+    "TASK_TGID": ("task_struct", "tgid"),
     "TASK_GROUP_LEADER": ("task_struct", "group_leader"),
     "TASK_COMM": ("task_struct", "comm"),
     "TASK_SIGNAL": ("task_struct", "signal"),
@@ -78,6 +85,7 @@ KERNEL_FIELDS = {
     "FILE_INODE": ("file", "f_inode"),
     "FILE_PRIVATE": ("file", "private_data"),
     "INODE_MODE": ("inode", "i_mode"),
+    "INODE_INO": ("inode", "i_ino"),
     "SOCKET_TYPE": ("socket", "type"),
     "SOCKET_SK": ("socket", "sk"),
     "SK_FAMILY": ("sock", "__sk_common.skc_family"),
@@ -90,11 +98,27 @@ KERNEL_FIELDS = {
 }
 
 
+# A file's reference count, read at close(2) to tell whether other
+# descriptors (a forked process's, a dup's, one passed over a UNIX socket)
+# still hold the socket: Linux 6.13 made it a file_ref_t, whose count is
+# one less than the references (0: one), from an atomic_long_t f_count.
+FILE_REFS = (("f_ref.refcnt", 1), ("f_count.counter", 0))
+
+
 def kernel_offsets() -> dict[str, int]:
-    """-D ZL_ST_OFF_* values for the running kernel."""
+    """-D ZL_ST_OFF_* values for the running kernel, and how its file
+    reference count counts (ZL_ST_FILE_REF_ZERO_BASED)."""
     types = btf.vmlinux()
-    return {f"ZL_ST_OFF_{name}": types.offset(struct_name, path)
-            for name, (struct_name, path) in KERNEL_FIELDS.items()}
+    out = {f"ZL_ST_OFF_{name}": types.offset(struct_name, path)
+           for name, (struct_name, path) in KERNEL_FIELDS.items()}
+    for path, zero_based in FILE_REFS:
+        try:
+            out["ZL_ST_OFF_FILE_REF"] = types.offset("file", path)
+        except ZerolayerError:
+            continue
+        out["ZL_ST_FILE_REF_ZERO_BASED"] = zero_based
+        return out
+    raise ZerolayerError("the kernel's struct file has neither f_ref nor f_count")
 
 
 def load_flags(max_conns: int, filter_pids: bool) -> tuple[str, ...]:
@@ -104,7 +128,8 @@ def load_flags(max_conns: int, filter_pids: bool) -> tuple[str, ...]:
     d = c_defines() | kernel_offsets() | {"ZL_ST_PIECES": PIECES, "ZL_ST_IOVS": IOVS,
                        "ZL_ST_MAX_CONNS": max_conns, "ZL_ST_RING_PAGES": RING_PAGES,
                        "ZL_ST_FILTER_PIDS": int(filter_pids), "ZL_ST_SELF": os.getpid(),
-                       "ZL_ST_IGNORE_AFTER": IGNORE_AFTER}
+                       "ZL_ST_IGNORE_AFTER": IGNORE_AFTER,
+                       "ZL_ST_EVICTED": EVICTED}
     return compiler.define_flags(d)
 
 

@@ -5,8 +5,13 @@ addresses, closes and exits.
 
 A connection is (pid, tls, id): id is the fd for plaintext, the SSL pointer
 for TLS, so the tracker can end every connection of a process that exits.
+A close says how many bytes the connection carried, so bytes the ring lost
+at its very end are known too; a fork makes the parent's connections the
+child's as well (the tracker keeps them one); an evicted connection is
+ignored by the kernel too, until its fd is closed.
 """
 
+import contextlib
 import mmap
 import socket
 import struct
@@ -15,7 +20,8 @@ from typing import Any
 
 from pyxdp.streams import probes
 from pyxdp.streams.leftovers import Leftovers
-from pyxdp.streams.probes import CLOSE, CONN, DATA, EXIT, EXIT_KEY, HEADER_LEN, LINK
+from pyxdp.streams.probes import (CLOSE, CONN, DATA, EVICTED, EXIT, EXIT_KEY, FORK, FORK_KEY,
+                                  HEADER_LEN, LINK, SHARED)
 from pyxdp.streams.ring import Ring
 
 # The event's header, every field before the payload, in two parts: the
@@ -56,6 +62,9 @@ class Session:
         # (each direction's offsets are in order), so any is worth a report
         self.behind = 0
         self._missed_table = probes_.bpf[b"zl_st_ends_missed"]
+        self._conns = probes_.bpf[b"zl_st_conns"]
+        self._ignored = probes_.bpf[b"zl_st_ignored"]
+        tracker.on_evicted = self._evicted
         self.leftovers = Leftovers(probes_.bpf)
         self.ring = Ring(probes_.bpf[b"zl_st_events"].map_fd, probes.RING_PAGES * mmap.PAGESIZE)
 
@@ -70,13 +79,13 @@ class Session:
         self.events += len(records)
         expect, data, unpack, skip = self._next, self.tracker.data, _COMMON.unpack_from, HEADER_LEN
         for at, _size in records:
-            ts, ident, off, tgid, length, fd, kind, out, tls = unpack(view, at)
+            ts, ident, off, aux, tgid, length, fd, uid, kind, out, tls = unpack(view, at)
             conn = (tgid, tls, ident)
             if missed and missed[0][0] <= ts:
                 self._end_missed(missed, ts)
             try:
                 if kind != DATA:
-                    self._dispatch(view, at, kind, conn, ts)
+                    self._dispatch(view, at, kind, conn, ts, off, aux, uid)
                     continue
                 # DATA, the one event of every read and write: inline
                 key = (conn, out)
@@ -104,42 +113,76 @@ class Session:
     def close(self) -> None:
         self.ring.close()
 
-    def _ends_missed(self) -> list[tuple[int, tuple[int, int, int]]]:
+    def _ends_missed(self) -> list[tuple]:
         """The ends the program could not put in a full ring (bpf/streams.c
-        zl_st_ends_missed), taken out, oldest first, as (time, connection)."""
+        zl_st_ends_missed), taken out, oldest first, as (time, connection,
+        what its event said: off, aux, flags)."""
         table = self._missed_table
         items = list(table.items())  # one system call when empty, the usual case
         for k, _ in items:
             del table[k]
         self.ends_missed += len(items)
-        return sorted((v.value, (k.tgid, k.tls, k.id)) for k, v in items)
+        return sorted((v.ts, (k.tgid, k.tls, k.id), v.off, v.aux, v.flags) for k, v in items)
 
     def _end_missed(self, missed: list, until: int | None) -> None:
         """The missed ends up to time UNTIL (all of them: None), in their
         place among the ring's events."""
         while missed and (until is None or missed[0][0] <= until):
-            ts, conn = missed.pop(0)
-            kind = EXIT if conn[1] == EXIT_KEY else CLOSE
-            self._dispatch(None, 0, kind, conn, ts)
+            ts, conn, off, aux, flags = missed.pop(0)
+            kind = {EXIT_KEY: EXIT, FORK_KEY: FORK}.get(conn[1], CLOSE)
+            self._dispatch(None, 0, kind, conn, ts, off, aux, 0, flags)
 
-    def _dispatch(self, view, at: int, kind: int, conn: tuple, ts: int) -> None:
+    def _dispatch(self, view, at: int, kind: int, conn: tuple, ts: int, off: int, aux: int,
+                  uid: int, flags: int | None = None) -> None:
         tgid, tls = conn[0], conn[1]
         if kind in (CONN, LINK):
             if kind == CONN:  # tracked anew: its offsets start at 0
                 self._next[(conn, 0)] = self._next[(conn, 1)] = 0
-            family, lport, rport, laddr, raddr, comm = _DESCRIBED.unpack_from(
+            flags, family, lport, rport, laddr, raddr, comm = _DESCRIBED.unpack_from(
                 view, at + _COMMON.size)
             self.tracker.describe(conn, pid=tgid, comm=comm.split(b"\0", 1)[0].decode(
                 errors="replace"), tls=bool(tls), local=_endpoint(family, laddr, lport),
-                remote=_endpoint(family, raddr, rport))
+                remote=_endpoint(family, raddr, rport), uid=uid, socket=aux or None)
         elif kind == CLOSE:
+            if flags is None:
+                flags = _DESCRIBED.unpack_from(view, at + _COMMON.size)[0]
+            self._lost_at_end(conn, off, aux, ts)
             self._forget(conn)
-            self.tracker.closed(conn, ts)
+            self.tracker.closed(conn, ts, shared=bool(flags & SHARED))
         elif kind == EXIT:
+            for key in {k[0] for k in self._next if k[0][0] == tgid}:
+                entry = self._conns.get(self._conns.Key(*key))
+                if entry is not None:
+                    self._lost_at_end(key, entry.seq[0], entry.seq[1], ts)
             for key in [k for k in self._next if k[0][0] == tgid]:
                 del self._next[key]
             self.leftovers.exited(tgid)
             self.tracker.process_exited(tgid, ts)
+        elif kind == FORK:
+            for child in self.tracker.forked(tgid, aux):
+                # the child's calls count from 0, as the kernel's entry made here
+                with contextlib.suppress(KeyError, OSError):  # a full map: its first call
+                    self._conns[self._conns.Key(*child)] = self._conns.Leaf()
+                self._next[(child, 0)] = self._next[(child, 1)] = 0
+
+    def _lost_at_end(self, conn: tuple, seen_in: int, seen_out: int, ts: int) -> None:
+        """Bytes the connection carried (the kernel's counts at its end)
+        that never reached us: the ring was full for its last pieces."""
+        for out, seen in ((0, seen_in), (1, seen_out)):
+            expected = self._next.get((conn, out))
+            if expected is not None and seen > expected:
+                self._next[(conn, out)] = seen
+                self.tracker.data(conn, out == 1, b"", ts, seen - expected)
+
+    def _evicted(self, conn: tuple) -> None:
+        """The tracker evicted CONN: the kernel ignores it too until its fd
+        closes, so its later bytes cost no copy and never come back as a
+        stream joined mid-way."""
+        with contextlib.suppress(KeyError, OSError):
+            del self._conns[self._conns.Key(*conn)]
+        with contextlib.suppress(KeyError, OSError):
+            self._ignored[self._ignored.Key(*conn)] = self._ignored.Leaf(EVICTED)
+        self._forget(conn)
 
     def _forget(self, conn) -> None:
         self._next.pop((conn, 0), None)

@@ -5,6 +5,11 @@ connection, a stream per event-stream response (several in turn on a
 keep-alive connection), its chunks, gaps, stalls and end. Pure: the kernel
 side (pyxdp.streams probes) calls describe/data/closed/process_exited.
 
+One connection, one record: a socket held by several processes (a fork, a
+descriptor passed on) is one connection under several keys, ended once,
+when the last of them lets it go; an evicted connection is ignored until
+its descriptor is closed, never joined again mid-way.
+
 Privacy: the objects returned hold counts, times, addresses, process and
 model names only; no byte of a prompt or a completion is kept past the
 parser's bounded line buffer.
@@ -12,21 +17,23 @@ parser's bounded line buffer.
 
 from collections import OrderedDict, deque
 
+from pyxdp.human import escaped
 from pyxdp.proto import sse
 from pyxdp.streams.gaps import Gaps
 
 _COMM_MAX = 32
 _MAX_PENDING = 16  # requests awaiting their response on one connection
+# Evicted connections remembered (each a key and a socket number) per
+# tracked one, until their close: beyond, the oldest is forgotten, and a
+# later byte of it may again begin a stream joined mid-way.
+_EVICTED_PER_STREAM = 8
 
 
 def _printable(value, limit: int) -> str | None:
+    """A name someone else chose (a process's), cut and escaped."""
     if value is None:
         return None
-    text = str(value)[:limit]
-    if text.isascii() and text.isprintable():  # the usual name, without a loop in Python
-        return text or None
-    text = "".join(ch for ch in text if " " <= ch < "\x7f")
-    return text or None
+    return escaped(str(value)[:limit]) or None
 
 
 class _Stream:
@@ -74,12 +81,15 @@ class _Request:
 
 
 class _Conn:
-    __slots__ = ("key", "pid", "comm", "tls", "local", "remote", "wrote", "read", "reqs",
-                 "stream", "closed")
+    __slots__ = ("key", "keys", "pid", "uid", "socket", "comm", "tls", "local", "remote", "wrote",
+                 "read", "reqs", "stream", "closed")
 
     def __init__(self, key) -> None:
-        self.key = key
-        self.pid = key[0] if isinstance(key, tuple) and key else key
+        self.key = key  # the first; `keys` holds every process's key for it
+        self.keys = {key}
+        self.pid = _pid_of(key)
+        self.uid: int | None = None
+        self.socket: int | None = None  # the socket's inode number, the same in every process
         self.comm: str | None = None
         self.tls: bool | None = None
         self.local: str | None = None
@@ -91,6 +101,10 @@ class _Conn:
 
     def __repr__(self) -> str:
         return f"<conn pid={self.pid} requests={len(self.reqs)}>"
+
+
+def _pid_of(key) -> int:
+    return key[0] if isinstance(key, tuple) and key else key
 
 
 def _open_of(c: _Conn) -> list[_Stream]:
@@ -111,13 +125,23 @@ class StreamTracker:
         self.stall_ns = int(stall_ms * 1e6)
         self.max_streams = max_streams
         self.metrics = metrics
-        self._conns: OrderedDict = OrderedDict()
+        self._conns: OrderedDict = OrderedDict()  # every key of every connection
         self._by_pid: dict[int, set] = {}
+        self._by_socket: dict[tuple, _Conn] = {}  # (tls, socket inode): its connection
+        # Connections whose descriptor was closed while another still holds
+        # the socket, and no other key of it is known yet (a descriptor passed
+        # over a UNIX socket): the next process to use the socket adopts it.
+        self._orphans: OrderedDict = OrderedDict()
+        self._evicted: OrderedDict = OrderedDict()  # key: its socket (or None), until closed
+        self._evicted_by_pid: dict[int, set] = {}
+        # The kernel side's hook: told of each connection key evicted here.
+        self.on_evicted = None
         self._finished: deque[dict] = deque()
         self._out: list = []
         self._open = 0  # streams under way (kept as a count: counters may be read from another thread)
         self._c = {k: 0 for k in (
-            "streams_done", "streams_cancelled", "streams_error", "evicted", "reports_dropped",
+            "streams_done", "streams_cancelled", "streams_error", "streams_incomplete",
+            "evicted", "evicted_client", "evicted_server", "reports_dropped",
             "http2", "compressed", "upgraded", "skipped_bytes", "lost_bytes", "resyncs",
             "malformed_events", "oversized_events", "comments")}
         self._events = self._chunks = 0  # (attributes: counted at every event)
@@ -129,14 +153,27 @@ class StreamTracker:
 
     def describe(self, conn, *, pid: int | None = None, comm: str | None = None,
                  tls: bool | None = None, local: str | None = None,
-                 remote: str | None = None) -> None:
-        c = self._conn(conn)
+                 remote: str | None = None, uid: int | None = None,
+                 socket: int | None = None) -> None:
+        if conn in self._evicted:
+            kept = self._evicted[conn]
+            if socket is None or kept is None or kept == socket:
+                return  # the evicted connection, seen again by the kernel: still ignored
+            self._unevict(conn)  # its descriptor now holds another socket
+        c = self._conns.get(conn)
+        if c is None and socket is not None:
+            c = self._adopt(conn, (bool(tls), socket))
+        if c is None:
+            c = self._conn(conn)
+        if uid is not None:
+            c.uid = uid
+        if socket is not None and c.socket is None:
+            c.socket = socket
+            self._by_socket[(bool(tls), socket)] = c
         if comm is not None:
             c.comm = _printable(comm, _COMM_MAX)
-        if pid is not None and pid != c.pid:
-            self._unindex(c)
-            c.pid = pid
-            self._by_pid.setdefault(pid, set()).add(c.key)
+        if pid is not None:
+            c.pid = pid  # the process that uses it now (the index is by key)
         if tls is not None:
             c.tls = bool(tls)
             if c.stream is not None:
@@ -149,6 +186,8 @@ class StreamTracker:
     def data(self, conn, outgoing: bool, payload: bytes, t_ns: int, lost: int = 0) -> None:
         c = self._conns.get(conn)
         if c is None:
+            if conn in self._evicted:
+                return
             c = self._conn(conn)
         else:
             self._conns.move_to_end(conn)
@@ -176,17 +215,56 @@ class StreamTracker:
                 self._message(c, outgoing, kind, a, b, x, t_ns)
         out.clear()
 
-    def closed(self, conn, t_ns: int) -> None:
-        c = self._conns.pop(conn, None)
-        if c is not None:
-            self._unindex(c)
-            self._end_conn(c, t_ns, "close")
+    def closed(self, conn, t_ns: int, shared: bool = False) -> None:
+        """CONN's descriptor was closed; SHARED: other descriptors (another
+        process's, a dup) still hold its socket, so it goes on there."""
+        if conn in self._evicted:
+            self._unevict(conn)
+            return
+        c = self._conns.get(conn)
+        if c is None:
+            return
+        self._release(c, conn)
+        if c.keys:
+            return  # another process's key of it goes on
+        if shared and c.socket is not None:
+            self._orphan(c)
+            return
+        self._drop(c)
+        self._end_conn(c, t_ns, "close")
 
     def process_exited(self, pid: int, t_ns: int) -> None:
-        for key in list(self._by_pid.pop(pid, ())):
-            c = self._conns.pop(key, None)
-            if c is not None:
+        for key in list(self._evicted_by_pid.get(pid, ())):
+            self._unevict(key)
+        for key in list(self._by_pid.get(pid, ())):
+            c = self._conns.get(key)
+            if c is None:
+                continue
+            self._release(c, key)
+            if not c.keys:
+                self._drop(c)
                 self._end_conn(c, t_ns, "exit")
+        self._by_pid.pop(pid, None)
+
+    def forked(self, parent: int, child: int) -> list:
+        """Process CHILD was forked from PARENT: every connection of the
+        parent is the child's too (the same sockets). Returns the child's
+        new keys (its evicted ones are evicted too, and told so)."""
+        added = []
+        for key in list(self._by_pid.get(parent, ())):
+            c = self._conns.get(key)
+            if c is None:
+                continue
+            ckey = (child, *key[1:])
+            if ckey not in self._conns:
+                self._hold(c, ckey)
+                added.append(ckey)
+        for key in list(self._evicted_by_pid.get(parent, ())):
+            ckey = (child, *key[1:])
+            self._mark_evicted(ckey, self._evicted[key])
+            if self.on_evicted is not None:
+                self.on_evicted(ckey)
+        return added
 
     def pop_finished(self) -> list[dict]:
         out = list(self._finished)
@@ -215,24 +293,85 @@ class StreamTracker:
         if c is not None:
             return c
         while len(self._conns) >= self.max_streams:
-            _, old = self._conns.popitem(last=False)
-            self._unindex(old)
-            n = len(_open_of(old))
-            if n:
-                self._c["evicted"] += n
-                self._open -= n
-                if self.metrics is not None:
-                    self.metrics.evicted(n)
-        c = self._conns[key] = _Conn(key)
+            self._evict(self._conns[next(iter(self._conns))])
+        c = _Conn(key)
+        self._conns[key] = c
         self._by_pid.setdefault(c.pid, set()).add(key)
         return c
 
-    def _unindex(self, c: _Conn) -> None:
-        keys = self._by_pid.get(c.pid)
+    def _evict(self, old: _Conn) -> None:
+        """OLD goes, to keep the tracker bounded: its open streams are
+        counted by side, not reported, and each of its keys is ignored
+        until its descriptor closes."""
+        self._drop(old)
+        for s in _open_of(old):
+            self._c["evicted"] += 1
+            self._c["evicted_" + s.side] += 1
+            self._open -= 1
+            if self.metrics is not None:
+                self.metrics.evicted(s.side, 1)
+        for key in list(old.keys):
+            self._release(old, key)
+            self._mark_evicted(key, old.socket)
+            if self.on_evicted is not None:
+                self.on_evicted(key)
+
+    def _mark_evicted(self, key, socket: int | None) -> None:
+        self._evicted[key] = socket
+        self._evicted.move_to_end(key)
+        self._evicted_by_pid.setdefault(_pid_of(key), set()).add(key)
+        while len(self._evicted) > _EVICTED_PER_STREAM * self.max_streams:
+            self._unevict(next(iter(self._evicted)))
+
+    def _unevict(self, key) -> None:
+        self._evicted.pop(key, None)
+        keys = self._evicted_by_pid.get(_pid_of(key))
         if keys is not None:
-            keys.discard(c.key)
+            keys.discard(key)
             if not keys:
-                del self._by_pid[c.pid]
+                del self._evicted_by_pid[_pid_of(key)]
+
+    def _hold(self, c: _Conn, key) -> None:
+        """KEY (another process's, or another descriptor's) names C too."""
+        c.keys.add(key)
+        self._conns[key] = c
+        self._by_pid.setdefault(_pid_of(key), set()).add(key)
+
+    def _release(self, c: _Conn, key) -> None:
+        """KEY no longer names C (closed, its process gone, evicted)."""
+        c.keys.discard(key)
+        self._conns.pop(key, None)
+        keys = self._by_pid.get(_pid_of(key))
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_pid[_pid_of(key)]
+        if c.pid == _pid_of(key) and c.keys:
+            c.pid = _pid_of(next(iter(c.keys)))  # the process that goes on with it
+
+    def _drop(self, c: _Conn) -> None:
+        """C leaves the socket index and the orphans (it ends, or is evicted)."""
+        if c.socket is not None and self._by_socket.get((bool(c.tls), c.socket)) is c:
+            del self._by_socket[(bool(c.tls), c.socket)]
+        self._orphans.pop(id(c), None)
+
+    def _orphan(self, c: _Conn) -> None:
+        self._orphans[id(c)] = c
+        while len(self._orphans) > self.max_streams:
+            _, old = self._orphans.popitem(last=False)
+            self._evict(old)
+
+    def _adopt(self, key, socket: tuple) -> _Conn | None:
+        """The connection of SOCKET, now used through KEY as well (a
+        descriptor passed on, a fork the kernel could not report)."""
+        c = self._by_socket.get(socket)
+        if c is None:
+            return None
+        self._orphans.pop(id(c), None)
+        self._hold(c, key)
+        if not c.keys - {key}:
+            c.pid = _pid_of(key)
+        return c
 
     def _event(self, c: _Conn, ev: tuple, t: int) -> None:
         cls, api, model, tokens, flags = ev
@@ -284,7 +423,7 @@ class StreamTracker:
 
     def _labels(self, c: _Conn, s: _Stream) -> tuple:
         if s.labels is None:
-            s.labels = (s.side, s.api, "true" if c.tls else "false", s.model or "")
+            s.labels = (s.side, s.api, "true" if c.tls else "false", s.model or "", c.uid)
         return s.labels
 
     def _message(self, c: _Conn, outgoing: bool, kind: int, a, b, x, t: int) -> None:
@@ -362,6 +501,8 @@ class StreamTracker:
         c.reqs.clear()
 
     def _finish(self, c: _Conn, s: _Stream, t: int, status: str, end: str) -> None:
+        if s.lost:
+            status = "incomplete"  # whatever it looked like, bytes of it never reached us
         s.status, s.end = status, end
         self._open -= 1
         if t > s.last_ns:
