@@ -47,7 +47,7 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
     from pyxdp.cli.render import emit_json
     from pyxdp.kernel.privileges import require_bpf_admin
     from pyxdp.kernel.signals import stop_on_signals
-    from pyxdp.streams import table, watch
+    from pyxdp.streams import missed, table, watch
 
     require_bpf_admin("zerolayer streams")
     note = lambda line: click.echo(f"zerolayer streams: {line}", err=True)  # noqa: E731
@@ -85,14 +85,9 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
             sys.stdout.flush()
         for path, why in w.probes.failed.items():
             note(f"no uprobes on {path}: {why}")
-        if w.session.ends_missed:
-            note(f"{w.session.ends_missed} closes and exits found the ring full: they were kept "
-                 f"aside and counted in their place; the bytes before them may be missing")
-        if w.session.behind:
-            note(f"{w.session.behind} events came behind bytes already seen and were dropped: "
-                 "a bug, please report it")
-        for name, n in w.session.failures.items():
-            note(f"{n} events not parsed ({name}): a bug, please report it")
+        for line in missed.lines(w.tracker.counters, w.session.ends_missed, w.session.behind,
+                                 w.session.failures):
+            note(line)
 
 
 COMMANDS = [streams]

@@ -32,6 +32,7 @@ BPF_MAP_LOOKUP_BATCH = 24
 BPF_ENABLE_STATS = 32
 
 BPF_ANY = 0
+BPF_NOEXIST = 1  # map_update: only where the key has no entry yet
 
 BPF_PROG_TYPE_TRACEPOINT = 5
 BPF_PROG_TYPE_XDP = 6

@@ -18,6 +18,7 @@ import struct
 import time
 from typing import Any
 
+from pyxdp.kernel import bpfsys
 from pyxdp.streams import probes
 from pyxdp.streams.leftovers import Leftovers
 from pyxdp.streams.probes import (CLOSE, CONN, DATA, EVICTED, EXIT, EXIT_KEY, FORK, FORK_KEY,
@@ -63,6 +64,7 @@ class Session:
         self.behind = 0
         self._missed_table = probes_.bpf[b"zl_st_ends_missed"]
         self._conns = probes_.bpf[b"zl_st_conns"]
+        self._conns_fd = self._conns.map_fd
         self._ignored = probes_.bpf[b"zl_st_ignored"]
         tracker.on_evicted = self._evicted
         self.leftovers = Leftovers(probes_.bpf)
@@ -160,10 +162,14 @@ class Session:
             self.tracker.process_exited(tgid, ts)
         elif kind == FORK:
             for child in self.tracker.forked(tgid, aux):
-                # the child's calls count from 0, as the kernel's entry made here
-                with contextlib.suppress(KeyError, OSError):  # a full map: its first call
-                    self._conns[self._conns.Key(*child)] = self._conns.Leaf()
-                self._next[(child, 0)] = self._next[(child, 1)] = 0
+                # The kernel tracks the child's key from its next call, counting
+                # from 0, unless a call of the child's came first and made the
+                # entry itself (then its CONN follows in the ring).
+                key = self._conns.Key(*child)
+                with contextlib.suppress(OSError):  # it exists, or the map is full
+                    bpfsys.map_update(self._conns_fd, bytes(key), bytes(self._conns.Leaf()),
+                                      bpfsys.BPF_NOEXIST)
+                    self._next[(child, 0)] = self._next[(child, 1)] = 0
 
     def _lost_at_end(self, conn: tuple, seen_in: int, seen_out: int, ts: int) -> None:
         """Bytes the connection carried (the kernel's counts at its end)

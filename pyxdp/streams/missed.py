@@ -1,0 +1,29 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What one run of the observer could not see or report, a line each, for
+the end of `zerolayer streams` (docs/spec.md §11.3): a record never claims
+more than was seen, so what was not is said here, counted by reason."""
+
+
+def lines(counters: dict, ends_missed: int, behind: int, failures: dict[str, int]) -> list[str]:
+    """The closing lines, from the tracker's COUNTERS and the session's
+    own counts."""
+    c = counters
+    out = [f"streams ended: {c['streams_done']} done, {c['streams_cancelled']} cancelled, "
+           f"{c['streams_error']} error, {c['streams_incomplete']} incomplete; "
+           f"{c['streams_open']} still open"]
+    if c["evicted"]:
+        out.append(f"{c['evicted']} streams were evicted to stay within --max-streams "
+                   f"({c['evicted_client']} client, {c['evicted_server']} server): not "
+                   "reported, their connections ignored until closed")
+    if c["lost_bytes"]:
+        out.append(f"{c['lost_bytes']} bytes never reached the observer (a call longer than it "
+                   "copies, or the ring full): the streams they belonged to are incomplete")
+    if ends_missed:
+        out.append(f"{ends_missed} closes, exits and forks found the ring full: they were kept "
+                   "aside and counted in their place")
+    if behind:
+        out.append(f"{behind} events came behind bytes already seen and were dropped: a bug, "
+                   "please report it")
+    for name, n in failures.items():
+        out.append(f"{n} events not parsed ({name}): a bug, please report it")
+    return out
