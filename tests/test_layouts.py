@@ -47,7 +47,8 @@ PER_LOAD = {"ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW",
             "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM", "ZL_XDP_PRIORITY",
             # the streams program's sizes, pid filter and the kernel's field offsets
             "ZL_ST_PIECES", "ZL_ST_IOVS", "ZL_ST_MAX_CONNS", "ZL_ST_RING_PAGES",
-            "ZL_ST_FILTER_PIDS", "ZL_ST_SELF", "ZL_ST_IGNORE_AFTER",
+            "ZL_ST_FILTER_PIDS", "ZL_ST_SELF", "ZL_ST_IGNORE_AFTER", "ZL_ST_EVICTED",
+            "ZL_ST_OFF_FILE_REF", "ZL_ST_FILE_REF_ZERO_BASED",
             *(f"ZL_ST_OFF_{name}" for name in stream_probes.KERNEL_FIELDS)}
 
 

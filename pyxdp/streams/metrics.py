@@ -181,7 +181,7 @@ class StreamMetrics:
         yield counter(table.STREAM_TOKENS, lambda x: x.tokens)
         yield counter(table.STREAM_STALLS, lambda x: x.stalls)
         evictions = table.family(table.STREAM_EVICTIONS)
-        for side, n in evicted:
+        for side, n in {"client": 0, "server": 0, **dict(evicted)}.items():
             evictions.add_metric([side], n)
         yield evictions
         if self._counters is not None:

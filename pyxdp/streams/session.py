@@ -21,8 +21,19 @@ from typing import Any
 from pyxdp.kernel import bpfsys
 from pyxdp.streams import probes
 from pyxdp.streams.leftovers import Leftovers
-from pyxdp.streams.probes import (CLOSE, CONN, DATA, EVICTED, EXIT, EXIT_KEY, FORK, FORK_KEY,
-                                  HEADER_LEN, LINK, SHARED)
+from pyxdp.streams.probes import (
+    CLOSE,
+    CONN,
+    DATA,
+    EVICTED,
+    EXIT,
+    EXIT_KEY,
+    FORK,
+    FORK_KEY,
+    HEADER_LEN,
+    LINK,
+    SHARED,
+)
 from pyxdp.streams.ring import Ring
 
 # The event's header, every field before the payload, in two parts: the
@@ -152,10 +163,11 @@ class Session:
             self._forget(conn)
             self.tracker.closed(conn, ts, shared=bool(flags & SHARED))
         elif kind == EXIT:
-            for key in {k[0] for k in self._next if k[0][0] == tgid}:
-                entry = self._conns.get(self._conns.Key(*key))
+            # what the kernel counted on its connections, before the leftovers go
+            for held in {k[0] for k in self._next if k[0][0] == tgid}:
+                entry = self._conns.get(self._conns.Key(*held))
                 if entry is not None:
-                    self._lost_at_end(key, entry.seq[0], entry.seq[1], ts)
+                    self._lost_at_end(held, entry.seq[0], entry.seq[1], ts)
             for key in [k for k in self._next if k[0][0] == tgid]:
                 del self._next[key]
             self.leftovers.exited(tgid)
