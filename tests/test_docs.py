@@ -272,3 +272,47 @@ def test_kernel_table_rewrites_only_the_table(tmp_path):
     assert "| 9.9.0-test | Debian test | smoke | native on veth (1 test) |" in after
     assert after.split(begin)[0] == readme.split(begin)[0]
     assert after.split(end)[1] == readme.split(end)[1]
+
+
+def _unit_settings(path: Path) -> dict[str, str]:
+    """KEY: VALUE of each directive a systemd unit file sets (the last wins)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def test_service_md_says_what_the_units_set():
+    """Every unit directive docs/service.md names in backticks, with or
+    without its value, is what the unit it speaks of sets (the exporter's
+    where the paragraph names the exporter, zerolayer.service's otherwise);
+    a sentence saying a unit does not set one, and the table of options
+    left out, are held to their absence."""
+    units = REPO / "packaging" / "systemd"
+    main = _unit_settings(units / "zerolayer.service")
+    exporter = _unit_settings(units / "zerolayer-exporter.service")
+    text = (REPO / "docs" / "service.md").read_text()
+    left_out = set(re.findall(r"^\| `([A-Z]\w+)=", text, re.M))
+    known = set(main) | set(exporter) | left_out
+    checked = 0
+    for paragraph in re.split(r"\n\s*\n|\n(?=- )", text):
+        unit = exporter if re.search(r"exporter(\.service| unit)", paragraph) else main
+        table = paragraph.lstrip().startswith("|")
+        for sentence in paragraph.splitlines() if table else re.split(r"(?<=[.;:])\s+",
+                                                                        paragraph):
+            absent = re.search(r"does not set|\bNot\b", sentence)
+            found = re.findall(r"`([A-Z]\w+)(?:=([^`\s]+))?`", sentence)
+            for i, (key, value) in enumerate(found):
+                if key not in known:
+                    continue
+                checked += 1
+                if table and i == 0 and sentence.startswith("| `"):  # an option left out
+                    assert main.get(key) != value, sentence
+                elif absent:
+                    assert key not in unit, sentence
+                else:
+                    assert key in unit, sentence
+                    assert not value or unit[key] == value, (sentence, unit[key])
+    assert checked >= 30

@@ -246,9 +246,10 @@ def test_zz_ends_cleanly_and_says_nothing_private(setup):
     the reply."""
     observer = setup["observer"]
     progs, perf_events = lab.held_probes(observer.proc.pid)
-    # 17 syscall tracepoints and sched_process_exit; 8 uprobes a library,
-    # running 5 programs
-    assert perf_events >= 18 + 8 and len(progs) == 18 + 5
+    # 17 syscall tracepoints and sched_process_exit as perf events, and
+    # sched_process_fork as a raw tracepoint (a link, not a perf event);
+    # 8 uprobes a library, running 5 programs
+    assert perf_events >= 18 + 8 and len(progs) == 19 + 5
     assert observer.interrupt() == 0
     text = "".join(observer.stdout) + "".join(observer.stderr)
     for secret in setup["prompts"] + [lab.REPLY[:20], lab.REPLY[20:40]]:

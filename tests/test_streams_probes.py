@@ -15,7 +15,7 @@ import time
 import pytest
 
 from pyxdp.errors import ZerolayerError
-from pyxdp.streams import btf, libraries, probes
+from pyxdp.streams import btf, libraries, mapped_file, probes
 
 
 def test_btf_offsets_of_well_known_fields():
@@ -40,8 +40,8 @@ def test_btf_offsets_of_well_known_fields():
 
 
 def test_each_openssl_library_is_found_once():
-    """Two processes mapping the same libssl: one library, openable by the
-    path found."""
+    """Two processes mapping the same libssl: one library with a mapping in
+    each, opened through map_files as the very inode mapped."""
     code = "import ssl, sys; print('up', flush=True); sys.stdin.read()"
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
@@ -50,10 +50,18 @@ def test_each_openssl_library_is_found_once():
             assert p.stdout.readline().strip() == "up"
         found = libraries.scan([p.pid for p in procs])
         assert len(found) == 1
-        assert found[0].path.endswith(("libssl.so.3", "libssl.so.1.1"))
-        st = os.stat(found[0].path)
-        assert (st.st_dev, st.st_ino) == (found[0].dev, found[0].inode)
-        assert libraries.scan([2]) == []  # kthreadd maps nothing
+        (key, maps), = found.items()
+        assert sorted(m.pid for m in maps) == sorted(p.pid for p in procs)
+        assert maps[0].path.endswith(("libssl.so.3", "libssl.so.1.1"))
+        st = os.stat(maps[0].path)
+        assert (st.st_dev, st.st_ino) == key
+        opened = mapped_file.open_mapped(maps[0])
+        try:
+            assert (opened.st.st_dev, opened.st.st_ino) == key
+            assert mapped_file.owner_note(opened.st) is None  # Debian's: root's, 0644
+        finally:
+            opened.close()
+        assert libraries.scan([2]) == {}  # kthreadd maps nothing
     finally:
         for p in procs:
             p.kill()

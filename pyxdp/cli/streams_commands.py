@@ -63,7 +63,8 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
             del ended[:-200]
 
     tty = sys.stdout.isatty()
-    with stop_on_signals() as stop, watch.Watch(pids, stall_ms, max_streams) as w:
+    with stop_on_signals() as stop, watch.Watch(pids, stall_ms, max_streams,
+                                                      on_note=note) as w:
         def draw() -> None:
             text = table.render(ended + w.open_streams(), w.tracker.counters, watch.NOT_SEEN)
             sys.stdout.write("\x1b[H\x1b[J" + text)
@@ -83,8 +84,6 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
             sys.stdout.write(table.render(ended + still_open, w.tracker.counters,
                                           watch.NOT_SEEN))
             sys.stdout.flush()
-        for path, why in w.probes.failed.items():
-            note(f"no uprobes on {path}: {why}")
         for line in missed.lines(w.tracker.counters, w.session.ends_missed, w.session.behind,
                                  w.session.failures):
             note(line)

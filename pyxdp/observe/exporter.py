@@ -205,7 +205,7 @@ class StreamsObserver:
 
         self.metrics = StreamMetrics(counters=self._counters)
         self._watch = Watch(stall_ms=options.stall_ms, max_streams=options.max_streams,
-                            metrics=self.metrics)
+                            metrics=self.metrics, on_note=log)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zerolayer-streams", daemon=True)
         self._log = log

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The OpenSSL libraries running processes have mapped, each once.
+"""The OpenSSL libraries running processes have mapped, grouped by file.
 
 A uprobe is placed on a file (an inode), so one library file shared by many
 processes takes one set of probes, and processes that map it later are
-covered without a new scan. A process in a container maps its own copy,
-found through /proc/PID/root. Statically linked TLS stacks (Go, BoringSSL
+covered without a new scan. Each mapping is reached through
+/proc/PID/map_files/START-END, the very inode mapped (a container's own
+copy too), whatever its path names now: the path read in /proc/PID/maps
+is only shown, never opened. Statically linked TLS stacks (Go, BoringSSL
 in Node, Bun or Envoy) map no libssl: they are not seen.
 """
 
@@ -14,45 +16,53 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 # libssl.so.3 and libssl.so.1.1, the ABIs whose SSL_read/SSL_write the
-# probes know.
-_LIBSSL = re.compile(r"/libssl\.so\.(3|1\.1)$")
+# probes know; " (deleted)" once the file is gone from its directory (an
+# upgrade under a running service): still probed, through map_files.
+_LIBSSL = re.compile(r"/libssl\.so\.(3|1\.1)( \(deleted\))?$")
 
 
 @dataclass(frozen=True)
-class Library:
-    path: str  # a path to the file this process can open (through /proc/PID/root)
+class Mapping:
+    pid: int  # the process that maps it
+    path: str  # the path it was mapped by, as the process sees it: shown, never opened
+    map_file: str  # /proc/PID/map_files/START-END: the mapped inode itself
     dev: int
     inode: int
-    pid: int  # a process that maps it
 
 
-def mapped(pid: int) -> set[str]:
-    """Paths of the libssl files process PID maps, as it sees them."""
-    found = set()
+def mapped(pid: int) -> list[Mapping]:
+    """The libssl files process PID maps, one mapping each."""
+    found: dict[tuple[int, int], Mapping] = {}
     try:
-        with open(f"/proc/{pid}/maps") as maps:
+        with open(f"/proc/{pid}/maps", "rb") as maps:
             for line in maps:
-                path = line.rstrip("\n").split(None, 5)[-1]
-                if _LIBSSL.search(path):
-                    found.add(path)
-    except OSError:  # gone, or a kernel thread
+                fields = line.rstrip(b"\n").split(None, 5)
+                if len(fields) < 6:
+                    continue
+                path = os.fsdecode(fields[5])
+                if not _LIBSSL.search(path):
+                    continue
+                start, _, end = fields[0].partition(b"-")
+                major, _, minor = fields[3].partition(b":")
+                dev = os.makedev(int(major, 16), int(minor, 16))
+                key = (dev, int(fields[4]))
+                found.setdefault(key, Mapping(
+                    pid, path, f"/proc/{pid}/map_files/{int(start, 16):x}-{int(end, 16):x}",
+                    *key))
+    except (OSError, ValueError):  # gone, or a kernel thread
         pass
-    return found
+    return list(found.values())
 
 
 def pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def scan(pid_list: Iterable[int]) -> list[Library]:
-    """The distinct libssl files the processes of PID_LIST map."""
-    seen: dict[tuple[int, int], Library] = {}
+def scan(pid_list: Iterable[int]) -> dict[tuple[int, int], list[Mapping]]:
+    """The distinct libssl files (device, inode) the processes of PID_LIST
+    map, each with its mappings, one a process."""
+    seen: dict[tuple[int, int], list[Mapping]] = {}
     for pid in pid_list:
-        for path in mapped(pid):
-            full = f"/proc/{pid}/root{path}"
-            try:
-                st = os.stat(full)
-            except OSError:
-                continue
-            seen.setdefault((st.st_dev, st.st_ino), Library(full, st.st_dev, st.st_ino, pid))
-    return list(seen.values())
+        for mapping in mapped(pid):
+            seen.setdefault((mapping.dev, mapping.inode), []).append(mapping)
+    return seen

@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Load bpf/streams.c and place its probes: the syscall tracepoints (bcc
 attaches them as it loads) and, on each OpenSSL library found, uprobes on
-SSL_read, SSL_write, SSL_read_ex and SSL_write_ex (entry and return).
+SSL_read, SSL_write, SSL_read_ex and SSL_write_ex (entry and return), by
+file offset (pyxdp.kernel.uprobe): the library is opened as
+pyxdp.streams.mapped_file checks it and its symbols read by
+pyxdp.streams.elf_symbols, never by bcc, which would follow the paths a
+library names (docs/spec.md §11.1).
 
 Where the probes go is a cost decision (docs/spec.md §11.1): a tracepoint
 pair costs tens of nanoseconds per syscall, a uprobe hit microseconds. So
@@ -15,7 +19,9 @@ from collections.abc import Iterable
 
 from pyxdp.cstruct import Layout
 from pyxdp.errors import ZerolayerError
-from pyxdp.streams import btf, libraries
+from pyxdp.human import escaped
+from pyxdp.kernel import uprobe
+from pyxdp.streams import btf, elf_symbols, libraries, mapped_file
 from pyxdp.xdp import compiler
 
 SOURCE = "streams.c"
@@ -168,9 +174,13 @@ class Probes:
 
     def __init__(self, pids: Iterable[int] = (), max_conns: int = 20000):
         self.pids = sorted(set(pids))
+        self.perf_fds: list[int] = []  # every uprobe's perf event
         self.attached: set[tuple[int, int, int]] = set()  # (dev, inode, pid or -1)
-        self.libraries: list[libraries.Library] = []
-        self.failed: dict[str, str] = {}  # library path: why its probes could not go in
+        self.libraries: dict[tuple[int, int], str] = {}  # (dev, inode): a path it was mapped by
+        # (dev, inode): why its uprobes go only into the processes that map it, and those
+        self.private: dict[tuple[int, int], tuple[str, list[int]]] = {}
+        self.failed: dict[tuple[int, int], tuple[str, str]] = {}  # (dev, inode): (path, why)
+        self.notes: list[str] = []  # one line for each of those, as it is found, names escaped
         ensure_tracefs()
         self.loaded = compiler.load(
             SOURCE, SSL_RETURN, prog_type=BPF_PROG_TYPE_KPROBE,
@@ -184,33 +194,90 @@ class Probes:
 
     def scan(self, pid_list: Iterable[int] | None = None) -> int:
         """Put uprobes on the OpenSSL libraries the processes of PID_LIST
-        (default: ours to watch, or every process) map and that have none yet;
-        returns how many libraries got them."""
+        (default: ours to watch, or every process) map and that have none yet:
+        host-wide on a file only root may write, else (and with --pid) into
+        each process that maps it. Returns how many libraries got them."""
         if pid_list is None:
             pid_list = self.pids or libraries.pids()
         if self.pids:
             pid_list = [p for p in pid_list if p in self.pids]
         placed = 0
-        for lib in libraries.scan(pid_list):
-            target = lib.pid if self.pids else -1
-            if (lib.dev, lib.inode, target) in self.attached or lib.path in self.failed:
+        for key, maps in libraries.scan(pid_list).items():
+            if key in self.failed or (*key, -1) in self.attached:
                 continue
-            try:
-                self._attach(lib.path, target)
-            except Exception as exc:  # a library without the symbols, a process gone
-                self.failed[lib.path] = str(exc).splitlines()[0] if str(exc) else "failed"
-                continue
-            self.attached.add((lib.dev, lib.inode, target))
-            self.libraries.append(lib)
-            placed += 1
+            maps = [m for m in maps if (*key, m.pid) not in self.attached]
+            if maps and self._place(key, maps):
+                placed += 1
         return placed
 
-    def _attach(self, path: str, pid: int) -> None:
-        name = path.encode()
-        for sym, fn in SSL_FUNCTIONS.items():
-            self.bpf.attach_uprobe(name=name, sym=sym.encode(), fn_name=fn.encode(), pid=pid)
-            self.bpf.attach_uretprobe(name=name, sym=sym.encode(), fn_name=SSL_RETURN.encode(),
-                                      pid=pid)
+    def _place(self, key: tuple[int, int], maps: list[libraries.Mapping]) -> bool:
+        """Uprobes on the library KEY that MAPS map; whether any went in."""
+        for mapping in maps:  # the first whose process is still there
+            try:
+                opened = mapped_file.open_mapped(mapping)
+                break
+            except mapped_file.Gone:
+                continue
+            except mapped_file.Refused as exc:
+                self._refuse(key, mapping.path, str(exc))
+                return False
+        else:
+            return False
+        try:
+            try:
+                offsets = elf_symbols.function_offsets(opened.fd, opened.st.st_size, SSL_FUNCTIONS)
+            except elf_symbols.ElfRefused as exc:
+                self._refuse(key, mapping.path, str(exc))
+                return False
+            if not offsets:
+                self._refuse(key, mapping.path, "it defines none of " + ", ".join(SSL_FUNCTIONS))
+                return False
+            why = mapped_file.owner_note(opened.st)
+            targets = [m.pid for m in maps] if why or self.pids else [-1]
+            placed = False
+            for pid in targets:
+                try:
+                    self._attach(opened.path, offsets, pid)
+                except ProcessLookupError:  # it ended since the scan
+                    continue
+                except OSError as exc:
+                    self._refuse(key, mapping.path, str(exc))
+                    return placed
+                self.attached.add((*key, pid))
+                placed = True
+                if why:
+                    if key not in self.private:
+                        self.notes.append(
+                            f"{escaped(mapping.path)} {why}: its uprobes go only into the "
+                            "processes that map it, not host-wide")
+                    self.private.setdefault(key, (why, []))[1].append(pid)
+            if placed:
+                self.libraries.setdefault(key, mapping.path)
+            return placed
+        finally:
+            opened.close()
+
+    def _attach(self, path: str, offsets: dict[str, int], pid: int) -> None:
+        """Entry and return probes on each function at its offset in PATH, in
+        process PID or (-1) every process: all of them, or none."""
+        fds: list[int] = []
+        try:
+            for sym, offset in offsets.items():
+                for fn, ret in ((SSL_FUNCTIONS[sym], False), (SSL_RETURN, True)):
+                    fds.append(uprobe.attach(self.loaded.prog_fds[fn], path, offset,
+                                             retprobe=ret, pid=pid))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self.perf_fds += fds
+
+    def _refuse(self, key: tuple[int, int], path: str, why: str) -> None:
+        self.failed[key] = (path, why)
+        self.notes.append(f"no uprobes on {escaped(path)}: {why}")
 
     def close(self) -> None:
-        self.loaded.close()  # bcc detaches every probe it placed
+        for fd in self.perf_fds:  # each uprobe goes with its perf event
+            os.close(fd)
+        self.perf_fds = []
+        self.loaded.close()

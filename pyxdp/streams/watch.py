@@ -28,7 +28,11 @@ class Watch(ClosedOnExit):
     """Streams of every process, or of PIDS only."""
 
     def __init__(self, pids: Iterable[int] = (), stall_ms: int = 1000, max_streams: int = 10000,
-                 metrics=None):
+                 metrics=None, on_note: Callable[[str], None] | None = None):
+        """ON_NOTE gets each line the probes have to say (a library refused,
+        or probed only in the processes that map it), once, as it is found."""
+        self._on_note = on_note
+        self._noted = 0
         self.tracker = StreamTracker(stall_ms=stall_ms, max_streams=max_streams, metrics=metrics)
         self.probes = probes.Probes(pids, max_conns=2 * max_streams)
         try:
@@ -50,6 +54,11 @@ class Watch(ClosedOnExit):
         self._scans += 1
         self._seen = now
         self.probes.scan(fresh)
+        notes = self.probes.notes
+        if self._on_note:
+            for line in notes[self._noted:]:
+                self._on_note(line)
+        self._noted = len(notes)
 
     def run(self, stop: threading.Event, emit: Callable[[dict], None], *,
             duration: float | None = None, count: int | None = None,

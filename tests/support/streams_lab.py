@@ -99,6 +99,7 @@ class Observer:
         self.streams: list[dict] = []
         self.stdout: list[str] = []
         self.stderr: list[str] = []
+        self.stderr_at: list[float] = []  # when each stderr line came (time.monotonic())
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._threads = [threading.Thread(target=self._read_out, daemon=True),
@@ -117,6 +118,7 @@ class Observer:
 
     def _read_err(self) -> None:
         for line in self.proc.stderr:
+            self.stderr_at.append(time.monotonic())
             self.stderr.append(line)
             if "watching" in line:
                 self._ready.set()

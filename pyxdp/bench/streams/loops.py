@@ -22,6 +22,7 @@ on every tracepoint the observer uses, for every process: what any
 observer built on them costs before it does anything (the floor).
 """
 
+import os
 import socket
 import ssl
 import threading
@@ -82,14 +83,24 @@ def loop_main(conn, cert: str, key: str) -> None:
             s.close()
 
 
-def libssl_of(pid: int) -> str:
-    """The libssl file process PID maps (as it sees it)."""
-    from pyxdp.streams import libraries
+def libssl_of(pid: int):
+    """The libssl file process PID maps, opened as the observer opens it
+    (pyxdp.streams.mapped_file), and its PROBED functions' file offsets."""
+    from pyxdp.streams import elf_symbols, libraries, mapped_file
 
-    found = libraries.scan([pid])
+    found = libraries.mapped(pid)
     if not found:
         raise ZerolayerError(f"process {pid} maps no libssl: Python's ssl is not OpenSSL 3 here")
-    return found[0].path
+    try:
+        opened = mapped_file.open_mapped(found[0])
+    except (mapped_file.Refused, mapped_file.Gone) as exc:
+        raise ZerolayerError(f"the libssl of process {pid} cannot be probed: {exc}") from None
+    try:
+        offsets = elf_symbols.function_offsets(opened.fd, opened.st.st_size, PROBED)
+    except elf_symbols.ElfRefused as exc:
+        opened.close()
+        raise ZerolayerError(f"the libssl of process {pid} cannot be probed: {exc}") from None
+    return opened, offsets
 
 
 class BareProbes:
@@ -97,21 +108,26 @@ class BareProbes:
     alone; hits() counts every run (two a call)."""
 
     def __init__(self, pid: int):
+        from pyxdp.kernel import uprobe
         from pyxdp.streams.probes import BPF_PROG_TYPE_KPROBE
         from pyxdp.xdp import compiler
 
         self._loaded = compiler.load("uprobe_hit.c", "zl_bench_hit",
                                      directory=Path(__file__).parent,
                                      prog_type=BPF_PROG_TYPE_KPROBE)
+        self._perf_fds: list[int] = []
         try:
-            bpf = self._loaded.bpf
-            path = libssl_of(pid).encode()
-            for sym in PROBED:
-                bpf.attach_uprobe(name=path, sym=sym.encode(), fn_name=b"zl_bench_hit", pid=pid)
-                bpf.attach_uretprobe(name=path, sym=sym.encode(), fn_name=b"zl_bench_hit",
-                                     pid=pid)
+            opened, offsets = libssl_of(pid)
+            try:
+                for sym in PROBED:
+                    for ret in (False, True):
+                        self._perf_fds.append(uprobe.attach(
+                            self._loaded.prog_fd, opened.path, offsets[sym], retprobe=ret,
+                            pid=pid))
+            finally:
+                opened.close()
         except BaseException:
-            self._loaded.close()
+            self.close()
             raise
 
     def hits(self) -> int:
@@ -119,7 +135,10 @@ class BareProbes:
         return int(table[table.Key(0)].value)
 
     def close(self) -> None:
-        self._loaded.close()  # bcc detaches every probe it placed
+        for fd in self._perf_fds:  # each uprobe goes with its perf event
+            os.close(fd)
+        self._perf_fds = []
+        self._loaded.close()
 
 
 class BareTracepoints:

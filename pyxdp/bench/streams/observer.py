@@ -132,7 +132,8 @@ class Observer:
                     info = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
             except OSError:
                 continue
-            if "prog_id" in info:
+            # A link's fdinfo names its program too; only a program's has its type.
+            if "prog_id" in info and "prog_type" in info:
                 out[int(info["prog_id"])] = {"type": int(info["prog_type"]),
                                              "run_cnt": int(info.get("run_cnt", 0)),
                                              "run_time_ns": int(info.get("run_time_ns", 0))}
