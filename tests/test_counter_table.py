@@ -53,7 +53,7 @@ def exported(monkeypatch) -> dict:
 
 def streamed() -> dict:
     """The streams' families by name, each with a series."""
-    m = StreamMetrics(counters=lambda: {})
+    m = StreamMetrics(counters=lambda: {}, health=lambda: (0.05, False))
     labels = ("client", "openai", "false", "gpt")
     m.first_chunk(labels, 0.1)
     m.gap(labels, 0.01, True)

@@ -39,6 +39,7 @@ def test_btf_offsets_of_well_known_fields():
         types.offset("list_head", "nosuchfield")
 
 
+@pytest.mark.root  # /proc/PID/map_files is opened only with CAP_SYS_ADMIN
 def test_each_openssl_library_is_found_once():
     """Two processes mapping the same libssl: one library with a mapping in
     each, opened through map_files as the very inode mapped."""

@@ -125,9 +125,16 @@ STREAM_UNSUPPORTED = Metric(
     reasons=("http2", "compressed", "upgraded"))
 STREAM_LOST_BYTES = Metric("stream_lost_bytes", "Bytes the capture lost (the parser "
                            "resynchronised)", unit="bytes")
+# These two are the exporter's watchdog's (pyxdp.streams.watchdog).
+STREAMS_STALE = Metric("streams_stale", "1 while the stream observer's loop has stood still "
+                       "for more than 5 s (the streams' figures are stale), else 0",
+                       kind="gauge")
+STREAM_HEARTBEAT_AGE = Metric("stream_observer_heartbeat_age_seconds", "Seconds since the "
+                              "stream observer's loop last came round", kind="gauge",
+                              unit="seconds")
 STREAM_METRICS = (STREAM_TTFT, STREAM_GAPS, STREAMS_ENDED, STREAM_CHUNKS, STREAM_TOKENS,
                   STREAM_STALLS, STREAM_EVICTIONS, STREAMS_OPEN, STREAM_UNSUPPORTED,
-                  STREAM_LOST_BYTES)
+                  STREAM_LOST_BYTES, STREAMS_STALE, STREAM_HEARTBEAT_AGE)
 
 
 def family(m: Metric, labels: tuple[str, ...] = (), value: float | None = None):

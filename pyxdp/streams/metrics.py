@@ -52,7 +52,8 @@ class StreamMetrics:
     reads: the lock guards only the tables' keys (a new label set, a scrape's
     copy), so a chunk costs no lock."""
 
-    def __init__(self, models_per_owner: int = MODELS_PER_OWNER, counters=None) -> None:
+    def __init__(self, models_per_owner: int = MODELS_PER_OWNER, counters=None,
+                 health=None) -> None:
         self._lock = threading.Lock()
         self._per_owner = models_per_owner
         self._models: set[str] = set()
@@ -62,6 +63,7 @@ class StreamMetrics:
         self._streams: dict[tuple, int] = {}
         self._evicted: dict[str, int] = {}  # by side
         self._counters = counters  # optional: a callable giving the tracker's counters
+        self._health = health  # optional: a callable giving (heartbeat age, stale), a watchdog's
 
     # --- fed by the tracker -------------------------------------------------------------
 
@@ -192,6 +194,10 @@ class StreamMetrics:
                 unsupported.add_metric([kind], c.get(kind, 0))
             yield unsupported
             yield table.family(table.STREAM_LOST_BYTES, value=c.get("lost_bytes", 0))
+        if self._health is not None:
+            age, stale = self._health()
+            yield table.family(table.STREAMS_STALE, value=int(stale))
+            yield table.family(table.STREAM_HEARTBEAT_AGE, value=round(age, 3))
 
 
 class _Collector:

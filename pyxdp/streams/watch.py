@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from pyxdp.kernel.signals import ClosedOnExit
 from pyxdp.streams import libraries, probes, session
 from pyxdp.streams.tracker import StreamTracker
+from pyxdp.streams.watchdog import Heartbeat
 
 POLL_MS = 50  # the ring holds far more than 50 ms of events
 SCAN_EVERY_S = 2.0  # new processes' libraries: "picked up within a few seconds"
@@ -33,6 +34,7 @@ class Watch(ClosedOnExit):
         or probed only in the processes that map it), once, as it is found."""
         self._on_note = on_note
         self._noted = 0
+        self.heartbeat = Heartbeat()  # beaten every turn of run(), for a watchdog
         self.tracker = StreamTracker(stall_ms=stall_ms, max_streams=max_streams, metrics=metrics)
         self.probes = probes.Probes(pids, max_conns=2 * max_streams)
         try:
@@ -71,6 +73,7 @@ class Watch(ClosedOnExit):
         next_tick = start + tick_s
         emitted = 0
         while not stop.is_set():
+            self.heartbeat.beat("reading its ring")
             self.session.poll(POLL_MS)
             for stream in self.tracker.pop_finished():
                 emit(stream)
@@ -81,6 +84,7 @@ class Watch(ClosedOnExit):
             if duration is not None and now - start >= duration:
                 break
             if now >= next_scan:
+                self.heartbeat.beat("scanning processes for OpenSSL libraries")
                 self.scan()
                 next_scan = now + SCAN_EVERY_S
             if tick and now >= next_tick:
