@@ -19,7 +19,8 @@ from pyxdp import cli
 from pyxdp.human import number
 from pyxdp.observe import exporter, top, xsk_sockets
 from pyxdp.proto import counters
-from pyxdp.proto.counters import COUNTERS, STREAM_METRICS
+from pyxdp.proto.counters import COUNTERS
+from pyxdp.streams.metric_rows import STREAM_METRICS
 from pyxdp.streams.metrics import StreamMetrics
 from pyxdp.xdp import compiler, flows
 from pyxdp.xdp import stats as stats_mod

@@ -185,7 +185,8 @@ def test_the_dashboard_uses_only_exported_metrics(lab, cli):
     exported |= {f"zerolayer_xsk_{n}_total" for n in xsk_sockets.XSK_STATS} | {"zerolayer_xsk_info"}
     # The token streams' series are served with --streams (tests/test_exporter_streams.py
     # serves them for real): here, what their metrics render once a stream was seen.
-    streams = StreamMetrics(counters=lambda: {})  # the tracker's counters, all 0
+    # the tracker's counters, all 0; a watchdog's health, well
+    streams = StreamMetrics(counters=lambda: {}, health=lambda: (0.05, False))
     labels = ("client", "openai", "false", "")
     streams.first_chunk(labels, 0.1)
     streams.chunk(labels)

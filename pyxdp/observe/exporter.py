@@ -194,67 +194,15 @@ class Exporter:
         self._thread.join(timeout=5)
 
 
-class StreamsObserver:
-    """The token-stream observer behind `--streams`: its probes load here
-    (a compile; a failure is the command's, before anything is served), its
-    loop runs in a thread until close(), watched by a watchdog whose
-    verdict every scrape carries (zerolayer_streams_stale)."""
-
-    THREAD_COMM = "zl-streams"  # what `top -H` and /proc/PID/task/*/comm show
-
-    def __init__(self, options, log) -> None:
-        from pyxdp.streams.metrics import StreamMetrics
-        from pyxdp.streams.watch import NOT_SEEN, Watch
-        from pyxdp.streams.watchdog import Watchdog
-
-        self.metrics = StreamMetrics(counters=self._counters, health=self._health)
-        self._watch = Watch(stall_ms=options.stall_ms, max_streams=options.max_streams,
-                            metrics=self.metrics, on_note=log)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zerolayer-streams", daemon=True)
-        self._log = log
-        self._thread.start()
-        self._watchdog = Watchdog(self._watch.heartbeat, self._thread.is_alive, log)
-        log(f"observing token streams of every process; {NOT_SEEN}")
-
-    def _counters(self) -> dict:
-        """The tracker's counters, read at a scrape."""
-        return self._watch.tracker.counters
-
-    def _health(self) -> tuple[float, bool]:
-        return self._watchdog.health()
-
-    def _run(self) -> None:
-        _name_this_thread(self.THREAD_COMM)
-        try:
-            self._watch.run(self._stop, emit=lambda _stream: None)
-        except Exception as exc:  # the metrics stop growing; the exporter says why, once
-            self._log(f"the token-stream observer stopped: {exc}")
-
-    def close(self) -> None:
-        self._stop.set()
-        self._watchdog.close()
-        self._thread.join(timeout=5)
-        self._watch.close()
-
-
-def _name_this_thread(comm: str) -> None:
-    """Give the calling thread a kernel name, so a stuck observer can be
-    told apart from the HTTP server's threads (best effort)."""
-    try:
-        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
-            f.write(comm)
-    except OSError:
-        pass
-
-
 def serve(listen: str = DEFAULT_LISTEN, log=print, stop: threading.Event | None = None,
           only_netns: str | None = None, announce=None, streams=None) -> None:
     """Serve until STOP is set (SIGINT and SIGTERM set it). ANNOUNCE, if
     given, is called once serving has started, with what is served where
     (`exporter --json` prints it). STREAMS (a service.config.Streams or
     alike, enabled) adds the token streams' metrics."""
-    observer = StreamsObserver(streams, log) if streams is not None else None
+    if streams is not None:
+        from pyxdp.streams.observer_thread import ObserverThread
+    observer = ObserverThread(streams, log) if streams is not None else None
     try:
         exporter = Exporter(listen, log, only_netns,
                             extra=[observer.metrics.collector()] if observer else ())

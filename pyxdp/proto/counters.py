@@ -5,9 +5,9 @@ COUNTERS is struct zl_counters (bpf/zl_structs.h), field by field in its
 order. A row gives a counter's name (the C field, and the key of `zerolayer
 stats --json`, docs/spec.md §3), whether it counts by reason (an array in C,
 a label in Prometheus), its help text and unit, and how `top` and `stats
---watch` show it. STREAM_METRICS are the token streams' metrics
-(pyxdp.streams.metrics, docs/spec.md §11.5). The exporter, stats, top and the
-streams' metrics are made from these rows; tests/test_counter_table.py holds
+--watch` show it. The token streams' metrics are rows of the same kind,
+kept in their wing (pyxdp.streams.metric_rows, docs/spec.md §11.5). The
+exporter, stats, top and the streams' metrics are made from these rows; tests/test_counter_table.py holds
 the C struct, the Grafana dashboard and the spec to them.
 
 A new XDP counter is a row here, its field and increment in the C, and its
@@ -93,48 +93,6 @@ LAYOUT = Layout("zl_counters", *((c.name, f"{len(c.reasons)}Q" if c.by else "Q")
 FIELDS = LAYOUT.value_names(**{c.name: c.reasons for c in COUNTERS if c.by})
 # The counters top and `stats --watch` show, in this order.
 VIEWED = tuple(c for c in COUNTERS if c.view)
-
-
-# --- the token streams' metrics (pyxdp.streams.metrics) ---------------------------
-
-STREAM_LABELS = ("side", "api", "tls", "model")
-STREAM_TTFT = Metric(
-    "stream_time_to_first_chunk_seconds", "Time from a streaming request's last byte to its "
-    "first chunk (client side: written to read; server side: read to written)",
-    kind="histogram", unit="seconds", labels=STREAM_LABELS)
-STREAM_GAPS = Metric(
-    "stream_time_per_output_chunk_seconds", "Time between consecutive chunks of a stream, "
-    "observed as each chunk passes", kind="histogram", unit="seconds", labels=STREAM_LABELS)
-STREAMS_ENDED = Metric("streams", "Token streams that ended, by status",
-                       labels=STREAM_LABELS[:3], by="status",
-                       reasons=("done", "cancelled", "error", "incomplete"))
-STREAM_CHUNKS = Metric("stream_chunks", "Chunks (events carrying generated output)",
-                       labels=STREAM_LABELS)
-STREAM_TOKENS = Metric("stream_tokens", "Output tokens, as the streams' usage reports them, "
-                       "counted when a stream ends", labels=STREAM_LABELS)
-STREAM_STALLS = Metric("stream_stalls", "Gaps between chunks longer than the stall threshold",
-                       labels=STREAM_LABELS)
-STREAM_EVICTIONS = Metric("stream_evictions", "Open streams dropped to keep the tracker bounded "
-                          "(not reported; their connections ignored until closed)",
-                          labels=("side",))
-# These three are read from the tracker's own counters (StreamTracker.counters).
-STREAMS_OPEN = Metric("streams_open", "Token streams under way", kind="gauge")
-STREAM_UNSUPPORTED = Metric(
-    "stream_unsupported", "What was recognised but not parsed: HTTP/2 connections, compressed "
-    "streaming responses, upgraded connections", by="kind",
-    reasons=("http2", "compressed", "upgraded"))
-STREAM_LOST_BYTES = Metric("stream_lost_bytes", "Bytes the capture lost (the parser "
-                           "resynchronised)", unit="bytes")
-# These two are the exporter's watchdog's (pyxdp.streams.watchdog).
-STREAMS_STALE = Metric("streams_stale", "1 while the stream observer's loop has stood still "
-                       "for more than 5 s (the streams' figures are stale), else 0",
-                       kind="gauge")
-STREAM_HEARTBEAT_AGE = Metric("stream_observer_heartbeat_age_seconds", "Seconds since the "
-                              "stream observer's loop last came round", kind="gauge",
-                              unit="seconds")
-STREAM_METRICS = (STREAM_TTFT, STREAM_GAPS, STREAMS_ENDED, STREAM_CHUNKS, STREAM_TOKENS,
-                  STREAM_STALLS, STREAM_EVICTIONS, STREAMS_OPEN, STREAM_UNSUPPORTED,
-                  STREAM_LOST_BYTES, STREAMS_STALE, STREAM_HEARTBEAT_AGE)
 
 
 def family(m: Metric, labels: tuple[str, ...] = (), value: float | None = None):

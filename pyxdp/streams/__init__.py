@@ -3,7 +3,8 @@
 
 probes loads bpf/streams.c (syscall tracepoints, uprobes on OpenSSL) and
 libraries finds the OpenSSL copies processes have mapped; session reads the
-program's events and feeds the tracker, which parses HTTP/1.1 and
-Server-Sent Events (pyxdp.proto.sse) into one record per stream. No byte of
+program's events and feeds the tracker, which parses HTTP/1.1 (http1),
+Server-Sent Events (sse_events) and their APIs (api_events) into one
+record per stream. No byte of
 content leaves the tracker: only counts, times, addresses and names.
 """

@@ -4,7 +4,7 @@ tracker as chunks come (a gap is observed when its chunk is read or
 written, not when the stream ends) and when streams end.
 
 Their names, help, units and labels are rows of the table of counters and
-metrics (pyxdp.proto.counters, STREAM_METRICS). The histograms are named
+metrics (pyxdp.streams.metric_rows, STREAM_METRICS). The histograms are named
 after OpenTelemetry's GenAI chunk metrics (time to first chunk, time per
 output chunk), labelled side, api, tls and model. model is bounded, and
 no user can use up the bound for the others: each owner (the uid of the
@@ -18,7 +18,8 @@ model values.
 import threading
 from bisect import bisect_left
 
-from pyxdp.proto import counters as table
+from pyxdp.proto.counters import family
+from pyxdp.streams import metric_rows as rows
 
 MODELS_PER_OWNER = 8
 OWN_BUDGETS = 8  # uids besides root with a budget of their own
@@ -152,7 +153,7 @@ class StreamMetrics:
             streams, evicted = sorted(self._streams.items()), sorted(self._evicted.items())
 
         def hist(m, bounds, counts_of, sum_of):
-            fam = table.family(m)
+            fam = family(m)
             les = [floatToGoString(b) for b in bounds] + ["+Inf"]
             for key, one in series:
                 counts = list(counts_of(one))
@@ -166,38 +167,38 @@ class StreamMetrics:
             return fam
 
         def counter(m, value_of):
-            fam = table.family(m)
+            fam = family(m)
             for key, one in series:
                 value = value_of(one)
                 if value:
                     fam.add_metric(list(key), value)
             return fam
 
-        yield hist(table.STREAM_TTFT, TTFT_BUCKETS, lambda x: x.ttft, lambda x: x.ttft_sum)
-        yield hist(table.STREAM_GAPS, GAP_BUCKETS, lambda x: x.gaps, lambda x: x.gaps_sum)
-        by_status = table.family(table.STREAMS_ENDED)
+        yield hist(rows.STREAM_TTFT, TTFT_BUCKETS, lambda x: x.ttft, lambda x: x.ttft_sum)
+        yield hist(rows.STREAM_GAPS, GAP_BUCKETS, lambda x: x.gaps, lambda x: x.gaps_sum)
+        by_status = family(rows.STREAMS_ENDED)
         for key, value in streams:
             by_status.add_metric(list(key), value)
         yield by_status
-        yield counter(table.STREAM_CHUNKS, lambda x: x.chunks)
-        yield counter(table.STREAM_TOKENS, lambda x: x.tokens)
-        yield counter(table.STREAM_STALLS, lambda x: x.stalls)
-        evictions = table.family(table.STREAM_EVICTIONS)
+        yield counter(rows.STREAM_CHUNKS, lambda x: x.chunks)
+        yield counter(rows.STREAM_TOKENS, lambda x: x.tokens)
+        yield counter(rows.STREAM_STALLS, lambda x: x.stalls)
+        evictions = family(rows.STREAM_EVICTIONS)
         for side, n in {"client": 0, "server": 0, **dict(evicted)}.items():
             evictions.add_metric([side], n)
         yield evictions
         if self._counters is not None:
             c = self._counters()
-            yield table.family(table.STREAMS_OPEN, value=c.get("streams_open", 0))
-            unsupported = table.family(table.STREAM_UNSUPPORTED)
-            for kind in table.STREAM_UNSUPPORTED.reasons:
+            yield family(rows.STREAMS_OPEN, value=c.get("streams_open", 0))
+            unsupported = family(rows.STREAM_UNSUPPORTED)
+            for kind in rows.STREAM_UNSUPPORTED.reasons:
                 unsupported.add_metric([kind], c.get(kind, 0))
             yield unsupported
-            yield table.family(table.STREAM_LOST_BYTES, value=c.get("lost_bytes", 0))
+            yield family(rows.STREAM_LOST_BYTES, value=c.get("lost_bytes", 0))
         if self._health is not None:
             age, stale = self._health()
-            yield table.family(table.STREAMS_STALE, value=int(stale))
-            yield table.family(table.STREAM_HEARTBEAT_AGE, value=round(age, 3))
+            yield family(rows.STREAMS_STALE, value=int(stale))
+            yield family(rows.STREAM_HEARTBEAT_AGE, value=round(age, 3))
 
 
 class _Collector:

@@ -18,7 +18,7 @@ parser's bounded line buffer.
 from collections import OrderedDict, deque
 
 from pyxdp.human import escaped
-from pyxdp.proto import sse
+from pyxdp.streams import api_events, http1
 from pyxdp.streams.gaps import Gaps
 
 _COMM_MAX = 32
@@ -94,8 +94,8 @@ class _Conn:
         self.tls: bool | None = None
         self.local: str | None = None
         self.remote: str | None = None
-        self.wrote = sse.HttpDirection()
-        self.read = sse.HttpDirection()
+        self.wrote = http1.HttpDirection()
+        self.read = http1.HttpDirection()
         self.reqs: list[_Request] = []  # a few at most; a deque would cost 600 bytes
         self.stream: _Stream | None = None  # the stream whose response is under way
 
@@ -209,7 +209,7 @@ class StreamTracker:
         if not out:
             return
         for kind, a, b, x in out:
-            if kind == sse.EVENT:
+            if kind == http1.EVENT:
                 self._event(c, a, t_ns)
             else:
                 self._message(c, outgoing, kind, a, b, x, t_ns)
@@ -375,7 +375,7 @@ class StreamTracker:
 
     def _event(self, c: _Conn, ev: tuple, t: int) -> None:
         cls, api, model, tokens, flags = ev
-        if cls == sse.COMMENT:
+        if cls == api_events.COMMENT:
             self._c["comments"] += 1
             return
         s = c.stream
@@ -385,9 +385,9 @@ class StreamTracker:
         s.events += 1
         s.last_ns = t
         if flags:
-            if flags & sse.MALFORMED:
+            if flags & api_events.MALFORMED:
                 self._c["malformed_events"] += 1
-            if flags & sse.OVERSIZED:
+            if flags & api_events.OVERSIZED:
                 self._c["oversized_events"] += 1
         if api is not None and s.api != api:
             s.api = api
@@ -398,7 +398,7 @@ class StreamTracker:
             s.labels = None
         if tokens is not None:
             s.tokens = tokens
-        if cls == sse.CHUNK or (cls == sse.GENERIC and s.api == "sse"):
+        if cls == api_events.CHUNK or (cls == api_events.GENERIC and s.api == "sse"):
             self._chunks += 1
             s.chunks += 1
             m = self.metrics
@@ -416,9 +416,9 @@ class StreamTracker:
                 if m is not None:
                     m.gap(s.labels or self._labels(c, s), gap / 1e9, gap > self.stall_ns)
             s.last_chunk_ns = t
-        elif cls == sse.END:
+        elif cls == api_events.END:
             self._finish(c, s, t, "done", "api")
-        elif cls == sse.ERROR:
+        elif cls == api_events.ERROR:
             self._finish(c, s, t, "error", "error")
 
     def _labels(self, c: _Conn, s: _Stream) -> tuple:
@@ -427,7 +427,7 @@ class StreamTracker:
         return s.labels
 
     def _message(self, c: _Conn, outgoing: bool, kind: int, a, b, x, t: int) -> None:
-        if kind == sse.REQUEST_HEAD:
+        if kind == http1.REQUEST_HEAD:
             methods = (c.read if outgoing else c.wrote).methods
             if len(methods) < _MAX_PENDING:
                 methods.append(a)
@@ -437,7 +437,7 @@ class StreamTracker:
                     self._c["evicted"] += 1
                     self._open -= 1
             c.reqs.append(_Request(b, bool(x)))
-        elif kind == sse.REQUEST_END:
+        elif kind == http1.REQUEST_END:
             if not c.reqs:
                 return
             r = c.reqs[-1]
@@ -447,19 +447,19 @@ class StreamTracker:
                 side = "client" if outgoing else "server"
                 r.stream = _Stream(side, r.api, r.model, t, t)
                 self._open += 1
-        elif kind == sse.RESPONSE_HEAD:
+        elif kind == http1.RESPONSE_HEAD:
             self._response(c, outgoing, a, b, x, t)
-        elif kind == sse.RESPONSE_END:
+        elif kind == http1.RESPONSE_END:
             s = c.stream
             if s is not None:
                 c.stream = None
                 if s.status == "open":
                     self._finish(c, s, t, "done", "body")
-        elif kind == sse.MIDSTREAM:
+        elif kind == http1.MIDSTREAM:
             self._response(c, outgoing, None, True, False, t)
-        elif kind == sse.HTTP2:
+        elif kind == http1.HTTP2:
             self._c["http2"] += 1
-        elif kind == sse.UPGRADE:
+        elif kind == http1.UPGRADE:
             self._c["upgraded"] += 1
 
     def _response(self, c: _Conn, outgoing: bool, status: int | None, is_sse: bool,

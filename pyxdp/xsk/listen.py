@@ -24,7 +24,7 @@ from pyxdp.kernel import mib
 from pyxdp.kernel import netns as netns_mod
 from pyxdp.kernel.signals import ClosedOnExit
 from pyxdp.proto.frames import Frame, FrameType
-from pyxdp.proto.streams import Stream
+from pyxdp.proto.reassembly import Reassembled
 from pyxdp.xdp import ownership
 from pyxdp.xsk import busy_poll as busy_poll_mod
 from pyxdp.xsk import published as xsk_published
@@ -271,18 +271,18 @@ class LiveView:
     streams are kept only with KEEP_FINISHED, so a long listen stays small."""
 
     def __init__(self, keep_finished: bool = False):
-        self._open: dict[str, Stream] = {}
+        self._open: dict[str, Reassembled] = {}
         self._keep = keep_finished
-        self.finished: list[Stream] = []
+        self.finished: list[Reassembled] = []
 
     @property
-    def streams(self) -> list[Stream]:
+    def streams(self) -> list[Reassembled]:
         return self.finished + list(self._open.values())
 
     def line(self, datagram: Datagram) -> str:
         parts, tokens = [], ""
         for frame in datagram.frames:
-            stream = self._open.setdefault(datagram.src, Stream(datagram.src))
+            stream = self._open.setdefault(datagram.src, Reassembled(datagram.src))
             stream.add(frame)
             if frame.type is FrameType.TOKEN:
                 tokens += frame.payload.decode("utf-8", errors="replace")

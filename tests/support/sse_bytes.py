@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""HTTP/1.1 and Server-Sent Event bytes for the tests of pyxdp.proto.sse,
+"""HTTP/1.1 and Server-Sent Event bytes for the tests of pyxdp.streams.http1,
 the stream tracker and its metrics: recorded streams
 (tests/fixtures/streams), OpenAI and Anthropic events, chunked framing,
 and a whole stream fed to a tracker."""

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Reassemble a token stream from its frames: REQUEST ... TOKEN text ... DONE."""
+"""Reassemble one flow's token frames (REQUEST ... TOKEN text ... DONE), as
+`zerolayer listen` receives them over AF_XDP."""
 
 import json
 from dataclasses import dataclass
@@ -8,7 +9,7 @@ from pyxdp.proto.frames import Frame, FrameType
 
 
 @dataclass
-class Stream:
+class Reassembled:
     flow: str
     request: str = ""
     text: str = ""
