@@ -316,3 +316,21 @@ def test_service_md_says_what_the_units_set():
                     assert key in unit, sentence
                     assert not value or unit[key] == value, (sentence, unit[key])
     assert checked >= 30
+
+
+def test_every_tls_library_row_names_programs_the_c_defines():
+    """CONTRIBUTING's "Adding a TLS library": a row of the table is not
+    enough, its entry and return programs are in bpf/streams.c."""
+    from pyxdp.streams.tls_libraries import TLS_LIBRARIES
+
+    source = (REPO / "bpf" / "streams.c").read_text()
+    defined = set(re.findall(r"^int (\w+)\(struct pt_regs \*ctx\)", source, re.M))
+    assert defined, "no uprobe program found in bpf/streams.c"
+    for library in TLS_LIBRARIES:
+        assert library.functions, library.name
+        for f in library.functions:
+            assert {f.entry, f.ret} <= defined, (library.name, f)
+            assert f.convention and library.files.pattern, (library.name, f)
+    contributing = (REPO / "CONTRIBUTING.md").read_text()
+    assert "## Adding a TLS library" in contributing
+    assert "pyxdp/streams/tls_libraries.py" in contributing

@@ -16,7 +16,10 @@ import time
 
 import pytest
 
-from pyxdp.streams import elf_symbols, libraries, mapped_file, probes
+from pyxdp.streams import elf_symbols, libraries, mapped_file
+from pyxdp.streams.tls_libraries import OPENSSL
+
+SYMBOLS = OPENSSL.symbols()
 
 
 def _libssl() -> str:
@@ -38,14 +41,14 @@ def _binutils_offsets(path: str) -> dict[str, int]:
                                text=True, check=True).stdout.splitlines():
         value, kind, name = line.split()
         name = name.split("@")[0]
-        if name in probes.SSL_FUNCTIONS and kind in "Tti":
+        if name in OPENSSL.symbols() and kind in "Tti":
             addr = int(value, 16)
             out[name] = next(addr - vaddr + off for off, vaddr, size in loads
                              if vaddr <= addr < vaddr + size)
     return out
 
 
-def _offsets(path: str, names=probes.SSL_FUNCTIONS) -> dict[str, int]:
+def _offsets(path: str, names=SYMBOLS) -> dict[str, int]:
     fd = os.open(path, os.O_RDONLY)
     try:
         return elf_symbols.function_offsets(fd, os.fstat(fd).st_size, names)
@@ -55,8 +58,8 @@ def _offsets(path: str, names=probes.SSL_FUNCTIONS) -> dict[str, int]:
 
 def test_debians_libssl_offsets_are_binutils_offsets():
     path = _libssl()
-    found = _offsets(path, [*probes.SSL_FUNCTIONS, "zl_no_such_function"])
-    assert set(found) == set(probes.SSL_FUNCTIONS)
+    found = _offsets(path, [*OPENSSL.symbols(), "zl_no_such_function"])
+    assert set(found) == set(OPENSSL.symbols())
     assert found == _binutils_offsets(path)
 
 
@@ -143,7 +146,7 @@ def test_random_damage_never_raises_anything_else(tmp_path, real):
 
 def _mapping_of(path: str) -> libraries.Mapping:
     st = os.lstat(path)
-    return libraries.Mapping(os.getpid(), path, path, st.st_dev, st.st_ino)
+    return libraries.Mapping(os.getpid(), path, path, st.st_dev, st.st_ino, OPENSSL)
 
 
 def test_mapped_file_refuses_without_waiting(tmp_path):

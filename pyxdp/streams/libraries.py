@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The OpenSSL libraries running processes have mapped, grouped by file.
+"""The TLS libraries running processes have mapped (a row of
+pyxdp.streams.tls_libraries each), grouped by file.
 
 A uprobe is placed on a file (an inode), so one library file shared by many
 processes takes one set of probes, and processes that map it later are
@@ -11,14 +12,10 @@ in Node, Bun or Envoy) map no libssl: they are not seen.
 """
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# libssl.so.3 and libssl.so.1.1, the ABIs whose SSL_read/SSL_write the
-# probes know; " (deleted)" once the file is gone from its directory (an
-# upgrade under a running service): still probed, through map_files.
-_LIBSSL = re.compile(r"/libssl\.so\.(3|1\.1)( \(deleted\))?$")
+from pyxdp.streams.tls_libraries import TlsLibrary, library_of
 
 
 @dataclass(frozen=True)
@@ -28,10 +25,11 @@ class Mapping:
     map_file: str  # /proc/PID/map_files/START-END: the mapped inode itself
     dev: int
     inode: int
+    library: TlsLibrary  # its row: which functions to probe, and how
 
 
 def mapped(pid: int) -> list[Mapping]:
-    """The libssl files process PID maps, one mapping each."""
+    """The TLS library files process PID maps, one mapping each."""
     found: dict[tuple[int, int], Mapping] = {}
     try:
         with open(f"/proc/{pid}/maps", "rb") as maps:
@@ -40,7 +38,8 @@ def mapped(pid: int) -> list[Mapping]:
                 if len(fields) < 6:
                     continue
                 path = os.fsdecode(fields[5])
-                if not _LIBSSL.search(path):
+                library = library_of(path)
+                if library is None:
                     continue
                 start, _, end = fields[0].partition(b"-")
                 major, _, minor = fields[3].partition(b":")
@@ -48,7 +47,7 @@ def mapped(pid: int) -> list[Mapping]:
                 key = (dev, int(fields[4]))
                 found.setdefault(key, Mapping(
                     pid, path, f"/proc/{pid}/map_files/{int(start, 16):x}-{int(end, 16):x}",
-                    *key))
+                    *key, library))
     except (OSError, ValueError):  # gone, or a kernel thread
         pass
     return list(found.values())
@@ -59,7 +58,7 @@ def pids() -> list[int]:
 
 
 def scan(pid_list: Iterable[int]) -> dict[tuple[int, int], list[Mapping]]:
-    """The distinct libssl files (device, inode) the processes of PID_LIST
+    """The distinct TLS library files (device, inode) the processes of PID_LIST
     map, each with its mappings, one a process."""
     seen: dict[tuple[int, int], list[Mapping]] = {}
     for pid in pid_list:

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Load bpf/streams.c and place its probes: the syscall tracepoints (bcc
-attaches them as it loads) and, on each OpenSSL library found, uprobes on
-SSL_read, SSL_write, SSL_read_ex and SSL_write_ex (entry and return), by
+attaches them as it loads) and, on each TLS library found, uprobes on the
+functions its row of pyxdp.streams.tls_libraries names (OpenSSL's
+SSL_read, SSL_write, SSL_read_ex and SSL_write_ex; entry and return), by
 file offset (pyxdp.kernel.uprobe): the library is opened as
 pyxdp.streams.mapped_file checks it and its symbols read by
 pyxdp.streams.elf_symbols, never by bcc, which would follow the paths a
@@ -21,7 +22,7 @@ from pyxdp.cstruct import Layout
 from pyxdp.errors import ZerolayerError
 from pyxdp.human import escaped
 from pyxdp.kernel import uprobe
-from pyxdp.streams import btf, elf_symbols, libraries, mapped_file
+from pyxdp.streams import btf, elf_symbols, libraries, mapped_file, tls_libraries
 from pyxdp.xdp import compiler
 
 SOURCE = "streams.c"
@@ -59,11 +60,9 @@ EVENT = Layout(
 )
 HEADER_LEN = EVENT.size - PIECE
 
-# The OpenSSL functions probed, each with its entry function in the C; the
-# one return function serves them all.
-SSL_FUNCTIONS = {"SSL_read": "zl_st_ssl_read", "SSL_write": "zl_st_ssl_write",
-                 "SSL_read_ex": "zl_st_ssl_read_ex", "SSL_write_ex": "zl_st_ssl_write_ex"}
-SSL_RETURN = "zl_st_ssl_return"
+# The programs the loader keeps: one is named as bcc's "function", the rest
+# are loaded beside it (every TLS library's, from the table).
+UPROBE_PROGRAMS = tls_libraries.programs()
 
 TRACEFS = "/sys/kernel/tracing"
 BPF_PROG_TYPE_KPROBE = 2  # uprobes are kprobe programs
@@ -183,8 +182,8 @@ class Probes:
         self.notes: list[str] = []  # one line for each of those, as it is found, names escaped
         ensure_tracefs()
         self.loaded = compiler.load(
-            SOURCE, SSL_RETURN, prog_type=BPF_PROG_TYPE_KPROBE,
-            also=tuple(SSL_FUNCTIONS.values()),
+            SOURCE, UPROBE_PROGRAMS[0], prog_type=BPF_PROG_TYPE_KPROBE,
+            also=UPROBE_PROGRAMS[1:],
             cflags=load_flags(max_conns, bool(self.pids)))
         self.bpf = self.loaded.bpf
         if self.pids:
@@ -223,21 +222,24 @@ class Probes:
                 return False
         else:
             return False
+        library = mapping.library
         try:
             try:
-                offsets = elf_symbols.function_offsets(opened.fd, opened.st.st_size, SSL_FUNCTIONS)
+                offsets = elf_symbols.function_offsets(opened.fd, opened.st.st_size,
+                                                       library.symbols())
             except elf_symbols.ElfRefused as exc:
                 self._refuse(key, mapping.path, str(exc))
                 return False
             if not offsets:
-                self._refuse(key, mapping.path, "it defines none of " + ", ".join(SSL_FUNCTIONS))
+                self._refuse(key, mapping.path,
+                             "it defines none of " + ", ".join(library.symbols()))
                 return False
             why = mapped_file.owner_note(opened.st)
             targets = [m.pid for m in maps] if why or self.pids else [-1]
             placed = False
             for pid in targets:
                 try:
-                    self._attach(opened.path, offsets, pid)
+                    self._attach(library, opened.path, offsets, pid)
                 except ProcessLookupError:  # it ended since the scan
                     continue
                 except OSError as exc:
@@ -257,13 +259,15 @@ class Probes:
         finally:
             opened.close()
 
-    def _attach(self, path: str, offsets: dict[str, int], pid: int) -> None:
-        """Entry and return probes on each function at its offset in PATH, in
-        process PID or (-1) every process: all of them, or none."""
+    def _attach(self, library: tls_libraries.TlsLibrary, path: str, offsets: dict[str, int],
+                pid: int) -> None:
+        """Entry and return probes on each function of LIBRARY at its offset
+        in PATH, in process PID or (-1) every process: all of them, or none."""
         fds: list[int] = []
         try:
             for sym, offset in offsets.items():
-                for fn, ret in ((SSL_FUNCTIONS[sym], False), (SSL_RETURN, True)):
+                function = library.function(sym)
+                for fn, ret in ((function.entry, False), (function.ret, True)):
                     fds.append(uprobe.attach(self.loaded.prog_fds[fn], path, offset,
                                              retprobe=ret, pid=pid))
         except BaseException:

@@ -202,7 +202,8 @@ def _profile(workers: dict, ports: dict, observer, plan: Plan) -> dict:
     observer's program runs and their ns per chunk the server wrote; its
     uprobe entries ("hits", one a probed call) per chunk."""
     from pyxdp.kernel import bpfsys
-    from pyxdp.streams.probes import BPF_PROG_TYPE_KPROBE, SSL_RETURN
+    from pyxdp.streams.probes import BPF_PROG_TYPE_KPROBE
+    from pyxdp.streams.tls_libraries import TLS_LIBRARIES
 
     names: dict[int, str] = {}
     for prog_id in observer.programs():
@@ -221,9 +222,10 @@ def _profile(workers: dict, ports: dict, observer, plan: Plan) -> dict:
         delta = {prog: {k: after[prog][k] - before.get(prog, {}).get(k, 0)
                         for k in ("run_cnt", "run_time_ns")} | {"type": after[prog]["type"]}
                  for prog in after}
-        # the uprobe programs but the return one (the kernel keeps 15 characters of a name)
+        # the uprobe programs but the return ones (the kernel keeps 15 characters of a name)
+        returns = {f.ret for library in TLS_LIBRARIES for f in library.functions}
         hits = sum(d["run_cnt"] for prog, d in delta.items() if d["type"] == BPF_PROG_TYPE_KPROBE
-                   and not SSL_RETURN.startswith(names.get(prog, "?")))
+                   and not any(r.startswith(names.get(prog, "?")) for r in returns))
         out[transport] = {
             "server_chunks": run["server_chunks"],
             "runs_per_chunk": round(sum(d["run_cnt"] for d in delta.values()) / chunks, 3),

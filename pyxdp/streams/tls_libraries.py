@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The one table of TLS libraries the stream observer probes (docs/spec.md
+§11.1): for each, the files it is mapped from, and for each function the
+probes take, the program of bpf/streams.c that runs at its entry and at
+its return, and how that program reads the function's arguments and
+result. A new library is one row here plus its programs in the C
+(CONTRIBUTING.md, "Adding a TLS library").
+
+Only libraries a process maps can be probed: statically linked stacks (Go's
+crypto/tls, BoringSSL in Node, Bun or Envoy) have no row.
+"""
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Function:
+    symbol: str  # the exported function, looked up in the file's .dynsym
+    entry: str  # the program of bpf/streams.c on its entry
+    ret: str  # the program on its return
+    convention: str  # what the programs read: the arguments and the result
+
+
+@dataclass(frozen=True)
+class TlsLibrary:
+    name: str
+    files: re.Pattern  # a mapped path, as /proc/PID/maps shows it
+    functions: tuple[Function, ...]
+
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(f.symbol for f in self.functions)
+
+    def function(self, symbol: str) -> Function:
+        return next(f for f in self.functions if f.symbol == symbol)
+
+
+# One return program serves every OpenSSL function: it reads the count as
+# the entry program said to (the result, or the size_t the _ex call filled).
+_OPENSSL_RETURN = "zl_st_ssl_return"
+
+OPENSSL = TlsLibrary(
+    "OpenSSL",
+    # libssl.so.3 and .1.1, the ABIs of these functions; " (deleted)" once the
+    # file is gone from its directory (an upgrade under a running service):
+    # still probed, through map_files.
+    re.compile(r"/libssl\.so\.(3|1\.1)( \(deleted\))?$"),
+    (
+        Function("SSL_read", "zl_st_ssl_read", _OPENSSL_RETURN,
+                 "(ssl, buf, num): the result is the bytes read into buf, <= 0 none"),
+        Function("SSL_write", "zl_st_ssl_write", _OPENSSL_RETURN,
+                 "(ssl, buf, num): the result is the bytes written from buf, <= 0 none"),
+        Function("SSL_read_ex", "zl_st_ssl_read_ex", _OPENSSL_RETURN,
+                 "(ssl, buf, num, size_t *readbytes): result 1, the count in *readbytes"),
+        Function("SSL_write_ex", "zl_st_ssl_write_ex", _OPENSSL_RETURN,
+                 "(ssl, buf, num, size_t *written): result 1, the count in *written"),
+    ),
+)
+
+TLS_LIBRARIES = (OPENSSL,)
+
+
+def library_of(path: str) -> TlsLibrary | None:
+    """The row whose files PATH is, or None."""
+    for library in TLS_LIBRARIES:
+        if library.files.search(path):
+            return library
+    return None
+
+
+def programs() -> tuple[str, ...]:
+    """Every entry and return program the rows name, each once, in order."""
+    names: dict[str, None] = {}
+    for library in TLS_LIBRARIES:
+        for f in library.functions:
+            names[f.entry] = names[f.ret] = None
+    return tuple(names)
