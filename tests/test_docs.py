@@ -334,3 +334,13 @@ def test_every_tls_library_row_names_programs_the_c_defines():
     contributing = (REPO / "CONTRIBUTING.md").read_text()
     assert "## Adding a TLS library" in contributing
     assert "pyxdp/streams/tls_libraries.py" in contributing
+
+
+def test_the_bench_docstring_names_every_section_in_the_registry_order():
+    import pyxdp.bench
+    from pyxdp.bench.registry import SECTIONS
+
+    doc = " ".join(pyxdp.bench.__doc__.split())
+    listed = doc.split("in the order they run and report: ", 1)[1]
+    named = re.findall(r"(?:^|, |and )(\w+) \(", listed)
+    assert named == list(SECTIONS), named
