@@ -3,7 +3,7 @@
 real SDK clients streaming from a mock server from PyPI, served beside the
 XDP metrics, promtool-clean, and holding no byte of any prompt or reply."""
 
-import json
+import contextlib
 import os
 import signal
 import subprocess
@@ -46,23 +46,16 @@ def exporter():
     """The exporter with --streams on a free port; SIGTERM at the end must
     leave it exit 0, its probes removed."""
     tracefs_before = lab.tracefs_mounted()
-    proc = subprocess.Popen([ZEROLAYER, "exporter", "--streams", "--listen", "127.0.0.1:0",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        line = proc.stdout.readline()
-        assert line, f"the exporter did not start: {proc.stderr.read()}"
+    with lab.exporter() as (proc, url):
         progs, perf_events = lab.held_probes(proc.pid)
         assert progs and perf_events, "the exporter holds no probe"
-        yield json.loads(line)["url"]
+        yield url
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
         assert "Traceback" not in err and "internal error" not in err
         assert not any(lab.prog_exists(p) for p in progs), "a probe outlived the exporter"
         assert lab.tracefs_mounted() == tracefs_before
-    finally:
-        lab.stop(proc)
 
 
 def test_exporter_streams_serves_both_histograms(exporter, tmp_path):
@@ -164,54 +157,52 @@ def _health(url: str, timeout: float = 20) -> tuple[float, float, float]:
             total(text, "zerolayer_streams_total", side="server", status="done"))
 
 
+@contextlib.contextmanager
+def observer_stopped(pid: int, url: str):
+    """The observer's thread of exporter PID in a ptrace stop, resumed at
+    the end however the test ends. Stopped where it holds the GIL, the
+    whole process would stand still (not the case to test): it is stopped
+    again until a scrape of URL still answers."""
+    tid = _observer_tid(pid)
+    for _ in range(5):
+        stopped = ThreadStopped(tid)
+        try:
+            _health(url, timeout=3)
+            break
+        except OSError:
+            stopped.resume()
+            time.sleep(0.2)
+    else:
+        raise AssertionError("the observer's thread could not be stopped outside the GIL")
+    try:
+        yield
+    finally:
+        stopped.resume()
+
+
 def test_a_stalled_observer_is_logged_and_scraped_stale(tmp_path):
     """The observer's thread stopped for 8 s while a stream runs: one log
     line says so and what it was doing; every scrape answers, stale 1 with
     the heartbeat's age, the stream not yet counted. Resumed: one line says
     for how long, stale 0, and the stream is counted from what the ring kept."""
-    proc = subprocess.Popen([ZEROLAYER, "exporter", "--streams", "--listen", "127.0.0.1:0",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    stopped = None
-    try:
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read()
-        url = json.loads(line)["url"]
+    with lab.exporter() as (proc, url):
         stale, age, done_before = _health(url)
         assert stale == 0 and age < 1, (stale, age)
-        tid = _observer_tid(proc.pid)
-        # Stopped where it holds the GIL, the whole process would stand still
-        # (not the case to test): retry until the scrape still answers.
-        for _ in range(5):
-            stopped = ThreadStopped(tid)
-            try:
-                _health(url, timeout=3)
-                break
-            except OSError:
-                stopped.resume()
-                stopped = None
-                time.sleep(0.2)
-        assert stopped, "the observer's thread could not be stopped outside the GIL"
-        held_at = time.monotonic()
-        port = free_port()
-        with lab.mock_server(tmp_path, port):
-            lab.run_client("openai", f"http://127.0.0.1:{port}", "zl-during-the-stall")
-        time.sleep(max(0.0, held_at + 8 - time.monotonic()))
-        stale, age, done = _health(url)
-        assert stale == 1 and age >= 7, (stale, age)
-        assert done == done_before  # the stream waits in the ring
-        stopped.resume()
-        stopped = None
+        with observer_stopped(proc.pid, url):
+            held_at = time.monotonic()
+            port = free_port()
+            with lab.mock_server(tmp_path, port):
+                lab.run_client("openai", f"http://127.0.0.1:{port}", "zl-during-the-stall")
+            time.sleep(max(0.0, held_at + 8 - time.monotonic()))
+            stale, age, done = _health(url)
+            assert stale == 1 and age >= 7, (stale, age)
+            assert done == done_before  # the stream waits in the ring
         end = time.monotonic() + 15
         while (health := _health(url))[2] < done_before + 1 and time.monotonic() < end:
             time.sleep(0.2)
         stale, age, done = health
         assert done == done_before + 1 and stale == 0 and age < 1, health
         time.sleep(1.5)  # the watchdog's next check says it runs again
-    finally:
-        if stopped:
-            stopped.resume()
-        lab.stop(proc)
     err = proc.stderr.read()
     stalls = [x for x in err.splitlines() if "has not come round its loop" in x]
     again = [x for x in err.splitlines() if "runs again after standing still" in x]

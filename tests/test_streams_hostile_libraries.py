@@ -9,7 +9,6 @@ name escaped and says in one line what it did with each library; `exporter
 --streams` keeps counting (docs/spec.md §11.1)."""
 
 import errno
-import json
 import os
 import shutil
 import signal
@@ -26,7 +25,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import hostile
 from support import streams_lab as lab
-from support.cli_runner import ZEROLAYER
 from support.ports import free_port
 
 pytestmark = pytest.mark.root
@@ -224,13 +222,7 @@ def _models(url: str) -> set[str]:
 def test_the_exporter_keeps_counting(planted):
     """`exporter --streams` with every planted library mapped: it logs a
     line for each, escaped, and a stream after them is counted."""
-    proc = subprocess.Popen([ZEROLAYER, "exporter", "--streams", "--listen", "127.0.0.1:0",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read()
-        url = json.loads(line)["url"]
+    with lab.exporter() as (proc, url):
         done = subprocess.run([sys.executable, PEERS, "models", str(free_port()), "1",
                                "zl-after-planted"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
@@ -239,7 +231,5 @@ def test_the_exporter_keeps_counting(planted):
             time.sleep(0.2)
         assert "zl-after-planted-0" in models, sorted(models)
         assert _nobody_holds(planted["fifo"])
-    finally:
-        lab.stop(proc)
     stderr = proc.stderr.read()
     _said_about_each(stderr, planted)

@@ -19,7 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support import hostile
 from support import streams_lab as lab
-from support.cli_runner import ZEROLAYER
 from support.ports import free_port
 
 pytestmark = pytest.mark.root
@@ -206,13 +205,7 @@ def test_one_user_cannot_use_up_roots_model_labels():
     keeps its own model label, and the scrape stays within the bound."""
     from pyxdp.streams import metrics
 
-    proc = subprocess.Popen([ZEROLAYER, "exporter", "--streams", "--listen", "127.0.0.1:0",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read()
-        url = json.loads(line)["url"]
+    with lab.exporter() as (_proc, url):
         with hostile.ordinary_user() as user:
             assert peers("models", free_port(), 80, "zl-user-model", user=user) == {
                 "streams": 80, "chunks": 160}
@@ -228,5 +221,3 @@ def test_one_user_cannot_use_up_roots_model_labels():
         promtool = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                                   capture_output=True)
         assert promtool.returncode == 0, promtool.stdout + promtool.stderr
-    finally:
-        lab.stop(proc)

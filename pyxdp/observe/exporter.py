@@ -200,9 +200,11 @@ def serve(listen: str = DEFAULT_LISTEN, log=print, stop: threading.Event | None 
     given, is called once serving has started, with what is served where
     (`exporter --json` prints it). STREAMS (a service.config.Streams or
     alike, enabled) adds the token streams' metrics."""
+    observer = None
     if streams is not None:
-        from pyxdp.streams.observer_thread import ObserverThread
-    observer = ObserverThread(streams, log) if streams is not None else None
+        from pyxdp.streams.observer_thread import ObserverThread  # loads bcc: only with --streams
+
+        observer = ObserverThread(streams, log)
     try:
         exporter = Exporter(listen, log, only_netns,
                             extra=[observer.metrics.collector()] if observer else ())

@@ -5,6 +5,7 @@ and the counter-table test holds them. Rows of the same kind as the XDP
 counters' (pyxdp.proto.counters.Metric)."""
 
 from pyxdp.proto.counters import Metric
+from pyxdp.streams.watchdog import STALE_AFTER_S
 
 STREAM_LABELS = ("side", "api", "tls", "model")
 STREAM_TTFT = Metric(
@@ -36,8 +37,8 @@ STREAM_LOST_BYTES = Metric("stream_lost_bytes", "Bytes the capture lost (the par
                            "resynchronised)", unit="bytes")
 # These two are the exporter's watchdog's (pyxdp.streams.watchdog).
 STREAMS_STALE = Metric("streams_stale", "1 while the stream observer's loop has stood still "
-                       "for more than 5 s (the streams' figures are stale), else 0",
-                       kind="gauge")
+                       f"for more than {STALE_AFTER_S:g} s (the streams' figures are stale), "
+                       "else 0", kind="gauge")
 STREAM_HEARTBEAT_AGE = Metric("stream_observer_heartbeat_age_seconds", "Seconds since the "
                               "stream observer's loop last came round", kind="gauge",
                               unit="seconds")

@@ -69,6 +69,22 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
+def exporter():
+    """`zerolayer exporter --streams` on a free port of loopback, as
+    (its process, its /metrics URL); its session killed at the end (a
+    test that wants a clean exit signals it first), its stderr left to read."""
+    proc = subprocess.Popen([ZEROLAYER, "exporter", "--streams", "--listen", "127.0.0.1:0",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, f"the exporter did not start: {proc.stderr.read()}"
+        yield proc, json.loads(line)["url"]
+    finally:
+        stop(proc)
+
+
+@contextlib.contextmanager
 def started(args: list[str], port: int, **kwargs):
     proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, **kwargs)
