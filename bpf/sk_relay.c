@@ -4,16 +4,14 @@
  * frames; the verdict redirects each message to the paired socket, so frames
  * go from upstream to client (and requests the other way) without entering
  * userspace, and never a partial one. */
-// clang-format off: bcc makes these tokens the license string the kernel gets
-#define BPF_LICENSE Dual BSD/GPL
-// clang-format on
-#include <uapi/linux/bpf.h>
-
+#include "zl_object.h"
 #include "zl_consts.h"
 #include "zl_endian.h"
 #include "zl_sk_structs.h"
 #include "zl_sk_maps.h"
 #include "zl_stream.h"
+
+char _license[] SEC("license") = "Dual BSD/GPL";
 
 /* Breaks the stream: the stream parser stops and gives the socket the
  * error. It may call the parser once more on data already in hand before it
@@ -39,6 +37,7 @@ static __always_inline int zl_sk_break(struct zl_sk_counters *c, struct zl_sk_co
  * still arriving; 0 while its header is incomplete; or a negative errno that
  * breaks the stream. A bad header after good frames ends the message before
  * it; the next call breaks the stream there. */
+SEC("sk_skb/stream_parser")
 int zl_sk_parser(struct __sk_buff *skb)
 {
 	struct zl_sk_counters *c;
@@ -50,8 +49,8 @@ int zl_sk_parser(struct __sk_buff *skb)
 	__u64 types;
 	__u8 type;
 
-	c = zl_sk_counters.lookup(&zero);
-	conn = zl_sk_conns.lookup(&cookie);
+	c = bpf_map_lookup_elem(&zl_sk_counters, &zero);
+	conn = bpf_map_lookup_elem(&zl_sk_conns, &cookie);
 	if (!conn)
 		return zl_sk_break(c, conn, ZL_SK_DESYNC); /* not a socket we paired */
 	if (conn->broken)
@@ -63,10 +62,10 @@ int zl_sk_parser(struct __sk_buff *skb)
 	avail = skb->len - conn->msg_off;
 	if (avail < ZL_FRAME_HDR_LEN)
 		return 0;
-	cfg = zl_sk_config.lookup(&zero);
+	cfg = bpf_map_lookup_elem(&zl_sk_config, &zero);
 	max_length = cfg ? cfg->max_length : 0;
 #if ZL_SK_WINDOW
-	w = zl_stream_window_take(zl_sk_window.lookup(&zero), skb, conn->msg_off);
+	w = zl_stream_window_take(bpf_map_lookup_elem(&zl_sk_window, &zero), skb, conn->msg_off);
 #else
 	w = NULL;
 #endif
@@ -98,6 +97,7 @@ int zl_sk_parser(struct __sk_buff *skb)
 }
 
 /* Called once per message, after the parser found its length. */
+SEC("sk_skb/stream_verdict")
 int zl_sk_verdict(struct __sk_buff *skb)
 {
 	struct zl_sk_counters *c;
@@ -107,8 +107,8 @@ int zl_sk_verdict(struct __sk_buff *skb)
 	__u64 frames;
 	int verdict;
 
-	c = zl_sk_counters.lookup(&zero);
-	conn = zl_sk_conns.lookup(&cookie);
+	c = bpf_map_lookup_elem(&zl_sk_counters, &zero);
+	conn = bpf_map_lookup_elem(&zl_sk_conns, &cookie);
 	if (!c || !conn)
 		return SK_DROP;
 	msg_len = conn->msg_len;
@@ -119,7 +119,7 @@ int zl_sk_verdict(struct __sk_buff *skb)
 	conn->next_seq += msg_len;
 	conn->in_msg = 0;
 
-	verdict = bpf_sk_redirect_hash(skb, zl_sk_socks, &conn->peer, 0);
+	verdict = bpf_sk_redirect_hash(skb, &zl_sk_socks, &conn->peer, 0);
 	if (verdict == SK_PASS) {
 		conn->frame_bytes += msg_len;
 		c->redirected += frames;
@@ -134,17 +134,18 @@ int zl_sk_verdict(struct __sk_buff *skb)
  * redirects each segment as it came and frames nothing. It keeps only the
  * byte counts the relay's control plane reads to see a stream drained and
  * ended (offsets from 0: without strparser there is no segment sequence). */
+SEC("sk_skb/stream_verdict")
 int zl_sk_verdict_unframed(struct __sk_buff *skb)
 {
 	__u64 cookie = bpf_get_socket_cookie(skb);
-	struct zl_sk_conn *conn = zl_sk_conns.lookup(&cookie);
+	struct zl_sk_conn *conn = bpf_map_lookup_elem(&zl_sk_conns, &cookie);
 	int verdict;
 
 	if (!conn)
 		return SK_DROP;
 	conn->started = 1;
 	conn->next_seq += skb->len;
-	verdict = bpf_sk_redirect_hash(skb, zl_sk_socks, &conn->peer, 0);
+	verdict = bpf_sk_redirect_hash(skb, &zl_sk_socks, &conn->peer, 0);
 	if (verdict == SK_PASS)
 		conn->frame_bytes += skb->len;
 	return verdict;

@@ -16,57 +16,62 @@
  * connection's bytes are copied, in at most ZL_ST_PIECES pieces of
  * ZL_ST_PIECE bytes per call. Each piece carries its offset in the byte
  * stream, so userspace knows what it missed (a longer call, a full ring). */
-// clang-format off: bcc makes these tokens the license string the kernel gets
-#define BPF_LICENSE Dual BSD/GPL
-// clang-format on
-#include <uapi/linux/bpf.h>
-#include <uapi/linux/ptrace.h>
-#include <uapi/linux/stat.h>
-#include <uapi/linux/uio.h>
-
+#include "zl_object.h"
+#include "zl_core.h"
 #include "streams.h"
 #include "zl_verifier.h"
 
-/* From the loader (pyxdp.streams.probes): the pieces per call, iovecs read
- * per vectored call, map and ring sizes, whether only the pids in
- * zl_st_pids are watched, the observer's own pid (never watched), after
- * how many calls in a row that are not HTTP a socket is ignored, and the
- * mark (in zl_st_ignored) of a connection userspace evicted. */
-#if !defined(ZL_ST_PIECES) || !defined(ZL_ST_IOVS) || !defined(ZL_ST_MAX_CONNS) || \
-	!defined(ZL_ST_RING_PAGES) || !defined(ZL_ST_FILTER_PIDS) || !defined(ZL_ST_SELF) || \
-	!defined(ZL_ST_IGNORE_AFTER) || !defined(ZL_ST_EVICTED)
+char _license[] SEC("license") = "Dual BSD/GPL";
+
+/* Fixed when the object is built (pyxdp.streams.probes): the pieces per
+ * call, iovecs read per vectored call, after how many calls in a row that
+ * are not HTTP a socket is ignored, and the mark (in zl_st_ignored) of a
+ * connection userspace evicted. */
+#if !defined(ZL_ST_PIECES) || !defined(ZL_ST_IOVS) || !defined(ZL_ST_IGNORE_AFTER) || \
+	!defined(ZL_ST_EVICTED)
 #error "the streams program's sizes are defined by the loader (docs/spec.md section 7.2)"
 #endif
 _Static_assert((ZL_ST_PIECE & (ZL_ST_PIECE - 1)) == 0, "ZL_ST_PIECE is a power of two (zl_at_most)");
 
-/* Also from the loader: where the fields read below are in this kernel's
- * structs, from its BTF (pyxdp.streams.btf). The headers bcc compiles
- * against may be another build's, so no kernel struct is taken from them. */
-#if !defined(ZL_ST_OFF_TASK_FILES) || !defined(ZL_ST_OFF_TASK_GROUP_LEADER) || \
-	!defined(ZL_ST_OFF_TASK_TGID) || !defined(ZL_ST_OFF_INODE_INO) || \
-	!defined(ZL_ST_OFF_FILE_REF) || !defined(ZL_ST_FILE_REF_ZERO_BASED) || \
-	!defined(ZL_ST_OFF_TASK_COMM) || !defined(ZL_ST_OFF_TASK_SIGNAL) || \
-	!defined(ZL_ST_OFF_SIGNAL_LIVE) || !defined(ZL_ST_OFF_FILES_FDT) || \
-	!defined(ZL_ST_OFF_FDT_MAX_FDS) || !defined(ZL_ST_OFF_FDT_FD) || \
-	!defined(ZL_ST_OFF_FILE_INODE) || !defined(ZL_ST_OFF_FILE_PRIVATE) || \
-	!defined(ZL_ST_OFF_INODE_MODE) || !defined(ZL_ST_OFF_SOCKET_TYPE) || \
-	!defined(ZL_ST_OFF_SOCKET_SK) || !defined(ZL_ST_OFF_SK_FAMILY) || \
-	!defined(ZL_ST_OFF_SK_NUM) || !defined(ZL_ST_OFF_SK_DPORT) || \
-	!defined(ZL_ST_OFF_SK_RCV_SADDR) || !defined(ZL_ST_OFF_SK_DADDR) || \
-	!defined(ZL_ST_OFF_SK_V6_RCV_SADDR) || !defined(ZL_ST_OFF_SK_V6_DADDR)
-#error "the kernel's field offsets are defined by the loader (docs/spec.md section 7.2)"
-#endif
+/* Set for each load, before it (pyxdp.streams.probes): the observer's own
+ * pid (never watched), and whether only the pids in zl_st_pids are
+ * watched. Frozen once loaded, so the verifier drops what they turn off. */
+const volatile struct {
+	__u32 self;
+	__u32 filter_pids;
+} zl_st_config = {};
+
+/* Map sizes the loader sets for each load (bpf_map__set_max_entries): the
+ * connections (--max-streams) and the ring; these are their defaults. */
+#define ZL_ST_MAX_CONNS 20000
+#define ZL_ST_RING_BYTES (4096 * 4096)
+
+#define ZL_ST_LRU(name, key_t, value_t, entries)    \
+	struct {                                     \
+		__uint(type, BPF_MAP_TYPE_LRU_HASH); \
+		__uint(max_entries, entries);        \
+		__type(key, key_t);                  \
+		__type(value, value_t);              \
+	} name SEC(".maps")
 
 /* The kernel's values (stable ABI) */
 #define ZL_ST_AF_INET 2
 #define ZL_ST_AF_INET6 10
 #define ZL_ST_SOCK_STREAM 1
+#define ZL_ST_S_IFMT 0170000
+#define ZL_ST_S_IFSOCK 0140000
+
+/* struct iovec */
+struct zl_st_iovec {
+	void *iov_base;
+	__u64 iov_len;
+};
 
 /* struct user_msghdr, as sendmsg(2) and recvmsg(2) take it */
 struct zl_st_msghdr {
 	void *name;
 	int namelen;
-	struct iovec *iov;
+	struct zl_st_iovec *iov;
 	__u64 iovlen;
 };
 
@@ -113,13 +118,16 @@ struct zl_st_link {
 	__u64 id;
 };
 
-BPF_RINGBUF_OUTPUT(zl_st_events, ZL_ST_RING_PAGES);
-BPF_TABLE("lru_hash", struct zl_st_key, struct zl_st_conn, zl_st_conns, ZL_ST_MAX_CONNS);
-BPF_TABLE("lru_hash", __u64, struct zl_st_call, zl_st_calls, 16384);
-BPF_TABLE("lru_hash", __u64, struct zl_st_ssl_call, zl_st_ssl_calls, 16384);
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, ZL_ST_RING_BYTES);
+} zl_st_events SEC(".maps");
+ZL_ST_LRU(zl_st_conns, struct zl_st_key, struct zl_st_conn, ZL_ST_MAX_CONNS);
+ZL_ST_LRU(zl_st_calls, __u64, struct zl_st_call, 16384);
+ZL_ST_LRU(zl_st_ssl_calls, __u64, struct zl_st_ssl_call, 16384);
 /* (tgid, SSL pointer) -> fd, and (tgid, fd) -> SSL pointer */
-BPF_TABLE("lru_hash", struct zl_st_link, __u64, zl_st_ssl_fds, ZL_ST_MAX_CONNS);
-BPF_TABLE("lru_hash", struct zl_st_link, __u64, zl_st_fd_ssls, ZL_ST_MAX_CONNS);
+ZL_ST_LRU(zl_st_ssl_fds, struct zl_st_link, __u64, ZL_ST_MAX_CONNS);
+ZL_ST_LRU(zl_st_fd_ssls, struct zl_st_link, __u64, ZL_ST_MAX_CONNS);
 /* Threads whose SSL connections do their I/O through memory BIOs (Python's
  * asyncio: uvicorn serving TLS, async SDK clients), so no system call is
  * made inside an SSL call: the socket read last, whose ciphertext the next
@@ -130,20 +138,30 @@ struct zl_st_bio_thread {
 	__s64 last_fd;    /* the TCP socket read last, -1 none */
 };
 
-BPF_TABLE("lru_hash", __u64, struct zl_st_bio_thread, zl_st_bio_threads, 16384);
+ZL_ST_LRU(zl_st_bio_threads, __u64, struct zl_st_bio_thread, 16384);
 /* processes with a tracked, linked or ignored connection: their exit is
  * reported, for userspace to clear what they leave in the maps */
-BPF_TABLE("lru_hash", __u32, __u8, zl_st_procs, ZL_ST_MAX_CONNS);
-BPF_HASH(zl_st_pids, __u32, __u8, 1024);
+ZL_ST_LRU(zl_st_procs, __u32, __u8, ZL_ST_MAX_CONNS);
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} zl_st_pids SEC(".maps");
 /* Plaintext sockets whose calls did not look like HTTP or an event stream,
  * ZL_ST_IGNORE_AFTER of them while untracked: a database's, a cache's, a TLS
  * connection's ciphertext. From then on their calls cost one lookup, not
  * a walk to the socket and a call record, until the fd is closed. */
-BPF_TABLE("lru_hash", struct zl_st_key, __u32, zl_st_ignored, ZL_ST_MAX_CONNS);
+ZL_ST_LRU(zl_st_ignored, struct zl_st_key, __u32, ZL_ST_MAX_CONNS);
 /* An event is built here, then only its used part goes into the ring: a
  * chunk of a few hundred bytes takes a few hundred bytes of ring, not
  * ZL_ST_PIECE (bpf_ringbuf_reserve takes only a constant size). */
-BPF_PERCPU_ARRAY(zl_st_scratch, struct zl_st_event, 1);
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct zl_st_event);
+} zl_st_scratch SEC(".maps");
 /* A TLS event is built in a buffer of its thread's instead. Uprobe programs
  * (the SSL functions') run with only migration off, and a kernel that
  * preempts in-kernel code (Linux 7.x's lazy and full preemption) may run
@@ -151,7 +169,7 @@ BPF_PERCPU_ARRAY(zl_st_scratch, struct zl_st_event, 1);
  * mix of the two. A thread cannot preempt itself; the system calls'
  * tracepoint programs run with preemption off, so the per-CPU buffer stays
  * theirs. Every event a uprobe program builds is a TLS one. */
-BPF_TABLE("lru_hash", __u64, struct zl_st_event, zl_st_tls_scratch, 1024);
+ZL_ST_LRU(zl_st_tls_scratch, __u64, struct zl_st_event, 1024);
 
 #define ZL_ST_HEADER (sizeof(struct zl_st_event) - ZL_ST_PIECE)
 
@@ -159,18 +177,18 @@ static __always_inline struct zl_st_event *zl_st_new(__u8 kind, __u32 tgid, __u6
 						     __u64 ts)
 {
 	__u32 zero = 0;
-	struct zl_st_event *ev = zl_st_scratch.lookup(&zero);
+	struct zl_st_event *ev = bpf_map_lookup_elem(&zl_st_scratch, &zero);
 
 	if (!ev)
 		return NULL;
 	if (tls) {
 		__u64 thread = bpf_get_current_pid_tgid();
-		struct zl_st_event *own = zl_st_tls_scratch.lookup(&thread);
+		struct zl_st_event *own = bpf_map_lookup_elem(&zl_st_tls_scratch, &thread);
 
 		if (!own) {
 			/* a first event: the entry is made (its bytes are overwritten) */
-			zl_st_tls_scratch.update(&thread, ev);
-			own = zl_st_tls_scratch.lookup(&thread);
+			bpf_map_update_elem(&zl_st_tls_scratch, &thread, ev, BPF_ANY);
+			own = bpf_map_lookup_elem(&zl_st_tls_scratch, &thread);
 		}
 		if (!own)
 			return NULL;
@@ -201,7 +219,7 @@ static __always_inline struct zl_st_event *zl_st_new(__u8 kind, __u32 tgid, __u6
 static __always_inline int zl_st_send(struct zl_st_event *ev, __u64 len)
 {
 	len = zl_at_most(len, ZL_ST_PIECE);
-	return zl_st_events.ringbuf_output(ev, ZL_ST_HEADER + len, BPF_RB_NO_WAKEUP);
+	return bpf_ringbuf_output(&zl_st_events, ev, ZL_ST_HEADER + len, BPF_RB_NO_WAKEUP);
 }
 
 /* An end (a close, a process's exit, a fork) the full ring refused: kept
@@ -215,7 +233,12 @@ struct zl_st_missed {
 	__u64 flags;
 };
 
-BPF_HASH(zl_st_ends_missed, struct zl_st_key, struct zl_st_missed, 16384);
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct zl_st_key);
+	__type(value, struct zl_st_missed);
+} zl_st_ends_missed SEC(".maps");
 
 static __always_inline void zl_st_send_end(struct zl_st_event *ev, struct zl_st_key *key)
 {
@@ -223,91 +246,85 @@ static __always_inline void zl_st_send_end(struct zl_st_event *ev, struct zl_st_
 				    .flags = ev->flags};
 
 	if (zl_st_send(ev, 0))
-		zl_st_ends_missed.update(key, &kept);
+		bpf_map_update_elem(&zl_st_ends_missed, key, &kept, BPF_ANY);
 }
 
 static __always_inline int zl_st_watched(__u32 tgid)
 {
-	if (tgid == ZL_ST_SELF)
+	if (tgid == zl_st_config.self)
 		return 0;
-#if ZL_ST_FILTER_PIDS
-	if (!zl_st_pids.lookup(&tgid))
+	if (zl_st_config.filter_pids && !bpf_map_lookup_elem(&zl_st_pids, &tgid))
 		return 0;
-#endif
 	return 1;
 }
 
-/* The pointer at byte OFF of the kernel object at BASE (NULL if unreadable). */
-static __always_inline void *zl_st_ptr(const void *base, __u32 off)
+/* The calling process's open file at FD, or NULL. */
+static __always_inline struct file *zl_st_file(__u32 fd)
 {
-	void *p = NULL;
-
-	if (base)
-		bpf_probe_read_kernel(&p, sizeof(p), (const char *)base + off);
-	return p;
-}
-
-/* The calling process's open file at FD (its struct file), or NULL. */
-static __always_inline void *zl_st_file(__u32 fd)
-{
-	void *task = (void *)bpf_get_current_task();
-	void *fdt = zl_st_ptr(zl_st_ptr(task, ZL_ST_OFF_TASK_FILES), ZL_ST_OFF_FILES_FDT);
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct files_struct *files = NULL;
+	struct fdtable *fdt = NULL;
+	struct file **fds = NULL;
+	struct file *file = NULL;
 	unsigned int max_fds = 0;
 
-	if (!fdt)
+	if (ZL_CORE_READ(files, task, files) || !files || ZL_CORE_READ(fdt, files, fdt) || !fdt)
 		return NULL;
-	bpf_probe_read_kernel(&max_fds, sizeof(max_fds), (char *)fdt + ZL_ST_OFF_FDT_MAX_FDS);
-	if (fd >= max_fds)
+	if (ZL_CORE_READ(max_fds, fdt, max_fds) || fd >= max_fds)
 		return NULL;
-	return zl_st_ptr(zl_st_ptr(fdt, ZL_ST_OFF_FDT_FD), fd * sizeof(void *));
+	if (ZL_CORE_READ(fds, fdt, fd) || !fds)
+		return NULL;
+	bpf_probe_read_kernel(&file, sizeof(file), fds + fd);
+	return file;
 }
 
 /* Whether descriptors other than the one being closed hold FILE: a forked
  * process's, a dup's, one passed over a UNIX socket. Then its close(2) is
  * not the socket's end. */
-static __always_inline int zl_st_file_shared(const void *file)
+static __always_inline int zl_st_file_shared(struct file *file)
 {
+	struct file___ref *counted = (struct file___ref *)file;
 	long refs = 0;
 
-	if (!file || bpf_probe_read_kernel(&refs, sizeof(refs), (char *)file + ZL_ST_OFF_FILE_REF))
+	if (!file)
 		return 0;
-	return ZL_ST_FILE_REF_ZERO_BASED ? refs > 0 : refs > 1;
+	if (ZL_CORE_HAS(counted, f_ref)) /* one less than the references */
+		return !ZL_CORE_READ(refs, counted, f_ref.refcnt.counter) && refs > 0;
+	return !ZL_CORE_READ(refs, file, f_count.counter) && refs > 1;
 }
 
 /* The process's socket at FD (its struct sock) when it is a TCP one
  * (stream, IPv4 or IPv6); its inode number, which names the socket in
  * every process holding it, in *INO when INO is given. */
-static __always_inline void *zl_st_tcp_sock_ino(__u32 fd, __u64 *ino)
+static __always_inline struct sock *zl_st_tcp_sock_ino(__u32 fd, __u64 *ino)
 {
-	void *file = zl_st_file(fd);
-	void *inode, *sock, *sk;
-	__u16 mode = 0, family = 0;
+	struct file *file = zl_st_file(fd);
+	struct inode *inode = NULL;
+	struct socket *sock = NULL;
+	struct sock *sk = NULL;
+	unsigned short mode = 0, family = 0;
+	unsigned long number = 0;
 	short type = 0;
 
-	if (!file)
+	if (!file || ZL_CORE_READ(inode, file, f_inode) || !inode)
 		return NULL;
-	inode = zl_st_ptr(file, ZL_ST_OFF_FILE_INODE);
-	bpf_probe_read_kernel(&mode, sizeof(mode), (char *)inode + ZL_ST_OFF_INODE_MODE);
-	if (!S_ISSOCK(mode))
+	if (ZL_CORE_READ(mode, inode, i_mode) || (mode & ZL_ST_S_IFMT) != ZL_ST_S_IFSOCK)
 		return NULL;
-	if (ino)
-		bpf_probe_read_kernel(ino, sizeof(*ino), (char *)inode + ZL_ST_OFF_INODE_INO);
-	sock = zl_st_ptr(file, ZL_ST_OFF_FILE_PRIVATE);
-	if (!sock)
+	if (ino && !ZL_CORE_READ(number, inode, i_ino))
+		*ino = number;
+	if (ZL_CORE_READ(sock, file, private_data) || !sock)
 		return NULL;
-	bpf_probe_read_kernel(&type, sizeof(type), (char *)sock + ZL_ST_OFF_SOCKET_TYPE);
-	if (type != ZL_ST_SOCK_STREAM)
+	if (ZL_CORE_READ(type, sock, type) || type != ZL_ST_SOCK_STREAM)
 		return NULL;
-	sk = zl_st_ptr(sock, ZL_ST_OFF_SOCKET_SK);
-	if (!sk)
+	if (ZL_CORE_READ(sk, sock, sk) || !sk)
 		return NULL;
-	bpf_probe_read_kernel(&family, sizeof(family), (char *)sk + ZL_ST_OFF_SK_FAMILY);
+	ZL_CORE_READ(family, sk, __sk_common.skc_family);
 	if (family != ZL_ST_AF_INET && family != ZL_ST_AF_INET6)
 		return NULL;
 	return sk;
 }
 
-static __always_inline void *zl_st_tcp_sock(__u32 fd)
+static __always_inline struct sock *zl_st_tcp_sock(__u32 fd)
 {
 	return zl_st_tcp_sock_ino(fd, NULL);
 }
@@ -410,21 +427,21 @@ static __always_inline void zl_st_copy(struct zl_st_key *key, __u8 out, __u64 ts
  * socket (at FD) is known, its addresses. */
 static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u64 ts, __u8 kind)
 {
-	void *task = (void *)bpf_get_current_task();
-	void *leader = zl_st_ptr(task, ZL_ST_OFF_TASK_GROUP_LEADER);
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = NULL;
 	struct zl_st_event *ev;
-	void *sk = NULL;
+	struct sock *sk = NULL;
 	__u64 ino = 0;
 	__u8 yes = 1;
 
-	zl_st_procs.update(&key->tgid, &yes);
+	bpf_map_update_elem(&zl_st_procs, &key->tgid, &yes, BPF_ANY);
 	ev = zl_st_new(kind, key->tgid, key->id, key->tls, ts);
 	if (!ev)
 		return;
 	ev->fd = fd;
 	ev->uid = (__u32)bpf_get_current_uid_gid();
-	if (!leader || bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm),
-						 (char *)leader + ZL_ST_OFF_TASK_COMM) < 0)
+	if (ZL_CORE_READ(leader, task, group_leader) || !leader ||
+	    bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm), ZL_CORE_AT(leader, comm)) < 0)
 		ev->comm[0] = 0;
 	if (fd >= 0)
 		sk = zl_st_tcp_sock_ino(fd, &ino);
@@ -432,18 +449,17 @@ static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u6
 		__u16 dport = 0;
 
 		ev->aux = ino;
-		bpf_probe_read_kernel(&ev->family, sizeof(ev->family),
-				      (char *)sk + ZL_ST_OFF_SK_FAMILY);
-		bpf_probe_read_kernel(&ev->lport, sizeof(ev->lport), (char *)sk + ZL_ST_OFF_SK_NUM);
-		bpf_probe_read_kernel(&dport, sizeof(dport), (char *)sk + ZL_ST_OFF_SK_DPORT);
+		ZL_CORE_READ(ev->family, sk, __sk_common.skc_family);
+		ZL_CORE_READ(ev->lport, sk, __sk_common.skc_num);
+		ZL_CORE_READ(dport, sk, __sk_common.skc_dport);
 		ev->rport = (dport >> 8) | (dport << 8);
 		if (ev->family == ZL_ST_AF_INET) {
-			bpf_probe_read_kernel(ev->laddr, 4, (char *)sk + ZL_ST_OFF_SK_RCV_SADDR);
-			bpf_probe_read_kernel(ev->raddr, 4, (char *)sk + ZL_ST_OFF_SK_DADDR);
+			bpf_probe_read_kernel(ev->laddr, 4, ZL_CORE_AT(sk, __sk_common.skc_rcv_saddr));
+			bpf_probe_read_kernel(ev->raddr, 4, ZL_CORE_AT(sk, __sk_common.skc_daddr));
 		} else {
 			bpf_probe_read_kernel(ev->laddr, 16,
-					      (char *)sk + ZL_ST_OFF_SK_V6_RCV_SADDR);
-			bpf_probe_read_kernel(ev->raddr, 16, (char *)sk + ZL_ST_OFF_SK_V6_DADDR);
+					      ZL_CORE_AT(sk, __sk_common.skc_v6_rcv_saddr));
+			bpf_probe_read_kernel(ev->raddr, 16, ZL_CORE_AT(sk, __sk_common.skc_v6_daddr));
 		}
 	}
 	zl_st_send(ev, 0);
@@ -457,18 +473,18 @@ static __always_inline void zl_st_not_http(struct zl_st_key *key)
 
 	if (key->tls)
 		return;
-	n = zl_st_ignored.lookup(key);
+	n = bpf_map_lookup_elem(&zl_st_ignored, key);
 	if (n) {
 		__sync_fetch_and_add(n, 1);
 		return;
 	}
-	zl_st_ignored.update(key, &one);
-	zl_st_procs.update(&key->tgid, &yes);
+	bpf_map_update_elem(&zl_st_ignored, key, &one, BPF_ANY);
+	bpf_map_update_elem(&zl_st_procs, &key->tgid, &yes, BPF_ANY);
 }
 
 static __always_inline int zl_st_is_ignored(struct zl_st_key *key)
 {
-	__u32 *n = zl_st_ignored.lookup(key);
+	__u32 *n = bpf_map_lookup_elem(&zl_st_ignored, key);
 
 	return n && *n >= ZL_ST_IGNORE_AFTER;
 }
@@ -479,7 +495,7 @@ static __always_inline int zl_st_is_ignored(struct zl_st_key *key)
 static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s32 fd,
 						      const void *buf, __u64 first, __u64 ts)
 {
-	struct zl_st_conn *conn = zl_st_conns.lookup(key);
+	struct zl_st_conn *conn = bpf_map_lookup_elem(&zl_st_conns, key);
 	struct zl_st_conn fresh = {};
 	int verdict;
 
@@ -497,11 +513,11 @@ static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s
 	zl_st_announce(key, fd, ts, ZL_ST_CONN);
 	if (verdict == ZL_ST_HTTP2) {
 		fresh.skip = 1; /* this first call is still copied, for userspace to count */
-		zl_st_conns.update(key, &fresh);
-		return zl_st_conns.lookup(key);
+		bpf_map_update_elem(&zl_st_conns, key, &fresh, BPF_ANY);
+		return bpf_map_lookup_elem(&zl_st_conns, key);
 	}
-	zl_st_conns.update(key, &fresh);
-	return zl_st_conns.lookup(key);
+	bpf_map_update_elem(&zl_st_conns, key, &fresh, BPF_ANY);
+	return bpf_map_lookup_elem(&zl_st_conns, key);
 }
 
 /* LEN bytes moved in one buffer at BUF on connection KEY. */
@@ -526,11 +542,11 @@ static __always_inline void zl_st_data(struct zl_st_key *key, __s32 fd, __u8 out
  * a chunk each, and a chunk past the iovecs read is missed (unseen, when
  * nothing follows it). */
 static __always_inline void zl_st_vec_data(struct zl_st_key *key, __s32 fd, __u8 out,
-					   const struct iovec *vec, __u64 vlen, __u64 len)
+					   const struct zl_st_iovec *vec, __u64 vlen, __u64 len)
 {
 	__u64 ts = bpf_ktime_get_ns();
 	struct zl_st_conn *conn;
-	struct iovec iov = {};
+	struct zl_st_iovec iov = {};
 	__u64 off, done = 0;
 
 	if (!vlen || bpf_probe_read_user(&iov, sizeof(iov), vec))
@@ -568,16 +584,16 @@ static __always_inline void zl_st_link(__u32 tgid, __u64 ssl, __u32 fd)
 	struct zl_st_link by_ssl = {.tgid = tgid, .id = ssl};
 	struct zl_st_link by_fd = {.tgid = tgid, .id = fd};
 	struct zl_st_key key = {.tgid = tgid, .tls = 1, .id = ssl};
-	__u64 *known = zl_st_ssl_fds.lookup(&by_ssl);
+	__u64 *known = bpf_map_lookup_elem(&zl_st_ssl_fds, &by_ssl);
 	__u64 fd64 = fd;
 	__u8 yes = 1;
 
 	if (known && *known == fd64)
 		return;
-	zl_st_ssl_fds.update(&by_ssl, &fd64);
-	zl_st_fd_ssls.update(&by_fd, &ssl);
-	zl_st_procs.update(&tgid, &yes);
-	if (zl_st_conns.lookup(&key))
+	bpf_map_update_elem(&zl_st_ssl_fds, &by_ssl, &fd64, BPF_ANY);
+	bpf_map_update_elem(&zl_st_fd_ssls, &by_fd, &ssl, BPF_ANY);
+	bpf_map_update_elem(&zl_st_procs, &tgid, &yes, BPF_ANY);
+	if (bpf_map_lookup_elem(&zl_st_conns, &key))
 		zl_st_announce(&key, fd, bpf_ktime_get_ns(), ZL_ST_LINK);
 }
 
@@ -598,12 +614,12 @@ static __always_inline void zl_st_enter(__u32 fd, const void *buf, __u64 count, 
 
 	if (!zl_st_watched(tgid))
 		return;
-	ssl = zl_st_ssl_calls.lookup(&id);
+	ssl = bpf_map_lookup_elem(&zl_st_ssl_calls, &id);
 	if (ssl) {
 		zl_st_link(tgid, ssl->ssl, fd);
 		return;
 	}
-	bio = zl_st_bio_threads.lookup(&id);
+	bio = bpf_map_lookup_elem(&zl_st_bio_threads, &id);
 	if (bio && (out ? bio->pending_ssl != 0 : 1) && zl_st_tcp_sock(fd)) {
 		if (out) {
 			zl_st_link(tgid, bio->pending_ssl, fd);
@@ -615,7 +631,7 @@ static __always_inline void zl_st_enter(__u32 fd, const void *buf, __u64 count, 
 	/* Not tracked: an ignored socket, or a write whose first bytes do not
 	 * qualify, costs no more (the cheapest tests first); otherwise it must
 	 * be a TCP socket. */
-	if (!zl_st_conns.lookup(&key)) {
+	if (!bpf_map_lookup_elem(&zl_st_conns, &key)) {
 		if (zl_st_is_ignored(&key))
 			return;
 		if (out && !vec && zl_st_recognise(buf, count) == ZL_ST_NO) {
@@ -630,26 +646,26 @@ static __always_inline void zl_st_enter(__u32 fd, const void *buf, __u64 count, 
 	call.vlen = vlen > 0xffff ? 0xffff : vlen;
 	call.vec = vec;
 	call.out = out;
-	zl_st_calls.update(&id, &call);
+	bpf_map_update_elem(&zl_st_calls, &id, &call, BPF_ANY);
 }
 
 static __always_inline void zl_st_exit(long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct zl_st_call *found = zl_st_calls.lookup(&id);
+	struct zl_st_call *found = bpf_map_lookup_elem(&zl_st_calls, &id);
 	struct zl_st_call call;
 	struct zl_st_key key = {};
 
 	if (!found)
 		return;
 	call = *found;
-	zl_st_calls.delete(&id);
+	bpf_map_delete_elem(&zl_st_calls, &id);
 	if (ret <= 0)
 		return;
 	key.tgid = id >> 32;
 	key.id = call.fd;
 	if (call.vec)
-		zl_st_vec_data(&key, call.fd, call.out, (const struct iovec *)call.buf, call.vlen,
+		zl_st_vec_data(&key, call.fd, call.out, (const struct zl_st_iovec *)call.buf, call.vlen,
 			       ret);
 	else
 		zl_st_data(&key, call.fd, call.out, (const void *)call.buf, ret);
@@ -665,108 +681,41 @@ static __always_inline void zl_st_enter_msg(__u32 fd, const void *msg, __u8 out)
 	zl_st_enter(fd, m.iov, 0, m.iovlen, 1, out);
 }
 
-TRACEPOINT_PROBE(syscalls, sys_enter_read)
-{
-	zl_st_enter(args->fd, args->buf, args->count, 0, 0, 0);
-	return 0;
-}
+/* Each syscall's entry and exit programs, on its tracepoints. ENTER is the
+ * call zl_st_enter gets, from the tracepoint's arguments (ctx->args). */
+#define ZL_ST_SYSCALL(name, enter)                                           \
+	SEC("tracepoint/syscalls/sys_enter_" #name)                          \
+	int zl_st_enter_##name(struct zl_sys_enter *ctx)                     \
+	{                                                                    \
+		enter;                                                       \
+		return 0;                                                    \
+	}                                                                    \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                           \
+	int zl_st_exit_##name(struct zl_sys_exit *ctx)                       \
+	{                                                                    \
+		zl_st_exit(ctx->ret);                                        \
+		return 0;                                                    \
+	}
 
-TRACEPOINT_PROBE(syscalls, sys_exit_read)
-{
-	zl_st_exit(args->ret);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_enter_write)
-{
-	zl_st_enter(args->fd, args->buf, args->count, 0, 0, 1);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_write)
-{
-	zl_st_exit(args->ret);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom)
-{
-	zl_st_enter(args->fd, args->ubuf, args->size, 0, 0, 0);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom)
-{
-	zl_st_exit(args->ret);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_enter_sendto)
-{
-	zl_st_enter(args->fd, args->buff, args->len, 0, 0, 1);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_sendto)
-{
-	zl_st_exit(args->ret);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_enter_readv)
-{
-	zl_st_enter(args->fd, args->vec, 0, args->vlen, 1, 0);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_readv)
-{
-	zl_st_exit(args->ret);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_enter_writev)
-{
-	zl_st_enter(args->fd, args->vec, 0, args->vlen, 1, 1);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_writev)
-{
-	zl_st_exit(args->ret);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg)
-{
-	zl_st_enter_msg(args->fd, args->msg, 0);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg)
-{
-	zl_st_exit(args->ret);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
-{
-	zl_st_enter_msg(args->fd, args->msg, 1);
-	return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg)
-{
-	zl_st_exit(args->ret);
-	return 0;
-}
+/* (fd, buf, count) */
+ZL_ST_SYSCALL(read, zl_st_enter(ctx->args[0], (const void *)ctx->args[1], ctx->args[2], 0, 0, 0))
+ZL_ST_SYSCALL(write, zl_st_enter(ctx->args[0], (const void *)ctx->args[1], ctx->args[2], 0, 0, 1))
+/* (fd, buf, size, flags, addr, addrlen) */
+ZL_ST_SYSCALL(recvfrom, zl_st_enter(ctx->args[0], (const void *)ctx->args[1], ctx->args[2], 0, 0, 0))
+ZL_ST_SYSCALL(sendto, zl_st_enter(ctx->args[0], (const void *)ctx->args[1], ctx->args[2], 0, 0, 1))
+/* (fd, vec, vlen) */
+ZL_ST_SYSCALL(readv, zl_st_enter(ctx->args[0], (const void *)ctx->args[1], 0, ctx->args[2], 1, 0))
+ZL_ST_SYSCALL(writev, zl_st_enter(ctx->args[0], (const void *)ctx->args[1], 0, ctx->args[2], 1, 1))
+/* (fd, msg, flags) */
+ZL_ST_SYSCALL(recvmsg, zl_st_enter_msg(ctx->args[0], (const void *)ctx->args[1], 0))
+ZL_ST_SYSCALL(sendmsg, zl_st_enter_msg(ctx->args[0], (const void *)ctx->args[1], 1))
 
 /* KEY's descriptor is closed: it is not ignored any more. One that
  * userspace evicted (marked ZL_ST_EVICTED) is told, with a close of its
  * own, so that userspace forgets it too. */
 static __always_inline void zl_st_forget_ignored(struct zl_st_key *key)
 {
-	__u32 *n = zl_st_ignored.lookup(key);
+	__u32 *n = bpf_map_lookup_elem(&zl_st_ignored, key);
 	struct zl_st_event *ev;
 
 	if (!n)
@@ -776,7 +725,7 @@ static __always_inline void zl_st_forget_ignored(struct zl_st_key *key)
 		if (ev)
 			zl_st_send_end(ev, key);
 	}
-	zl_st_ignored.delete(key);
+	bpf_map_delete_elem(&zl_st_ignored, key);
 }
 
 /* The close of a connection's descriptor: a plaintext one, or the SSL one
@@ -788,7 +737,7 @@ static __always_inline void zl_st_end(struct zl_st_key *key, struct zl_st_conn *
 	struct zl_st_event *ev;
 	__u64 seen_in = conn->seq[0], seen_out = conn->seq[1];
 
-	zl_st_conns.delete(key);
+	bpf_map_delete_elem(&zl_st_conns, key);
 	ev = zl_st_new(ZL_ST_CLOSE, key->tgid, key->id, key->tls, bpf_ktime_get_ns());
 	if (!ev)
 		return;
@@ -798,11 +747,13 @@ static __always_inline void zl_st_end(struct zl_st_key *key, struct zl_st_conn *
 	zl_st_send_end(ev, key);
 }
 
-TRACEPOINT_PROBE(syscalls, sys_enter_close)
+SEC("tracepoint/syscalls/sys_enter_close")
+int zl_st_enter_close(struct zl_sys_enter *ctx)
 {
+	__u32 fd = ctx->args[0];
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct zl_st_key key = {.tgid = tgid, .tls = 0, .id = args->fd};
-	struct zl_st_link by_fd = {.tgid = tgid, .id = args->fd};
+	struct zl_st_key key = {.tgid = tgid, .tls = 0, .id = fd};
+	struct zl_st_link by_fd = {.tgid = tgid, .id = fd};
 	struct zl_st_conn *conn;
 	int shared = -1; /* not read yet: most closes are of nothing tracked */
 	__u64 *ssl;
@@ -810,45 +761,47 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 	if (!zl_st_watched(tgid))
 		return 0;
 	zl_st_forget_ignored(&key);
-	ssl = zl_st_fd_ssls.lookup(&by_fd);
+	ssl = bpf_map_lookup_elem(&zl_st_fd_ssls, &by_fd);
 	if (ssl) {
 		struct zl_st_link by_ssl = {.tgid = tgid, .id = *ssl};
 		struct zl_st_key tls_key = {.tgid = tgid, .tls = 1, .id = *ssl};
 
-		zl_st_fd_ssls.delete(&by_fd);
-		zl_st_ssl_fds.delete(&by_ssl);
+		bpf_map_delete_elem(&zl_st_fd_ssls, &by_fd);
+		bpf_map_delete_elem(&zl_st_ssl_fds, &by_ssl);
 		zl_st_forget_ignored(&tls_key);
-		conn = zl_st_conns.lookup(&tls_key);
+		conn = bpf_map_lookup_elem(&zl_st_conns, &tls_key);
 		if (conn) {
-			shared = zl_st_file_shared(zl_st_file(args->fd));
+			shared = zl_st_file_shared(zl_st_file(fd));
 			zl_st_end(&tls_key, conn, shared);
 		}
 	}
-	conn = zl_st_conns.lookup(&key);
+	conn = bpf_map_lookup_elem(&zl_st_conns, &key);
 	if (conn) {
 		if (shared < 0)
-			shared = zl_st_file_shared(zl_st_file(args->fd));
+			shared = zl_st_file_shared(zl_st_file(fd));
 		zl_st_end(&key, conn, shared);
 	}
 	return 0;
 }
 
 /* The process's last thread ends: its connections with it. */
-TRACEPOINT_PROBE(sched, sched_process_exit)
+SEC("tracepoint/sched/sched_process_exit")
+int zl_st_process_exit(void *ctx)
 {
-	void *signal = zl_st_ptr((void *)bpf_get_current_task(), ZL_ST_OFF_TASK_SIGNAL);
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct signal_struct *signal = NULL;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct zl_st_key key = {.tgid = tgid, .tls = ZL_ST_EXIT_KEY, .id = 0};
 	struct zl_st_event *ev;
 	int live = 1;
 
-	if (!zl_st_procs.lookup(&tgid))
+	if (!bpf_map_lookup_elem(&zl_st_procs, &tgid))
 		return 0;
-	if (signal)
-		bpf_probe_read_kernel(&live, sizeof(live), (char *)signal + ZL_ST_OFF_SIGNAL_LIVE);
+	if (!ZL_CORE_READ(signal, task, signal) && signal)
+		ZL_CORE_READ(live, signal, live.counter);
 	if (live > 0)
 		return 0;
-	zl_st_procs.delete(&tgid);
+	bpf_map_delete_elem(&zl_st_procs, &tgid);
 	ev = zl_st_new(ZL_ST_EXIT, tgid, 0, 0, bpf_ktime_get_ns());
 	if (ev)
 		zl_st_send_end(ev, &key);
@@ -859,25 +812,25 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
  * connections are the parent's too (one socket, now in both), so userspace
  * is told, and its exit will be reported. Under --pid the child is
  * watched as its parent is. */
-RAW_TRACEPOINT_PROBE(sched_process_fork)
+SEC("raw_tracepoint/sched_process_fork")
+int zl_st_process_fork(struct bpf_raw_tracepoint_args *ctx)
 {
-	void *parent = (void *)ctx->args[0], *child = (void *)ctx->args[1];
+	struct task_struct *parent = (struct task_struct *)ctx->args[0];
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
 	struct zl_st_key key = {.tls = ZL_ST_FORK_KEY};
 	struct zl_st_event *ev;
 	__u32 ptgid = 0, ctgid = 0;
 	__u8 yes = 1;
 
-	bpf_probe_read_kernel(&ptgid, sizeof(ptgid), (char *)parent + ZL_ST_OFF_TASK_TGID);
-	bpf_probe_read_kernel(&ctgid, sizeof(ctgid), (char *)child + ZL_ST_OFF_TASK_TGID);
+	ZL_CORE_READ(ptgid, parent, tgid);
+	ZL_CORE_READ(ctgid, child, tgid);
 	if (ptgid == ctgid)
 		return 0;
-#if ZL_ST_FILTER_PIDS
-	if (zl_st_pids.lookup(&ptgid))
-		zl_st_pids.update(&ctgid, &yes);
-#endif
-	if (!zl_st_procs.lookup(&ptgid) || !zl_st_watched(ptgid))
+	if (zl_st_config.filter_pids && bpf_map_lookup_elem(&zl_st_pids, &ptgid))
+		bpf_map_update_elem(&zl_st_pids, &ctgid, &yes, BPF_ANY);
+	if (!bpf_map_lookup_elem(&zl_st_procs, &ptgid) || !zl_st_watched(ptgid))
 		return 0;
-	zl_st_procs.update(&ctgid, &yes);
+	bpf_map_update_elem(&zl_st_procs, &ctgid, &yes, BPF_ANY);
 	ev = zl_st_new(ZL_ST_FORK, ptgid, 0, 0, bpf_ktime_get_ns());
 	if (!ev)
 		return 0;
@@ -890,58 +843,63 @@ RAW_TRACEPOINT_PROBE(sched_process_fork)
 
 /* --- TLS: uprobes on OpenSSL ---------------------------------------------------- */
 
-static __always_inline int zl_st_ssl_enter(struct pt_regs *ctx, __u8 out, __u8 ex)
+static __always_inline int zl_st_ssl_enter(struct zl_regs *ctx, __u8 out, __u8 ex)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct zl_st_ssl_call call = {};
 
 	if (!zl_st_watched(id >> 32))
 		return 0;
-	call.ssl = PT_REGS_PARM1(ctx);
-	call.buf = PT_REGS_PARM2(ctx);
-	call.lenp = ex ? PT_REGS_PARM4(ctx) : 0;
+	call.ssl = ZL_ARG1(ctx);
+	call.buf = ZL_ARG2(ctx);
+	call.lenp = ex ? ZL_ARG4(ctx) : 0;
 	call.out = out;
 	call.ex = ex;
-	zl_st_ssl_calls.update(&id, &call);
+	bpf_map_update_elem(&zl_st_ssl_calls, &id, &call, BPF_ANY);
 	return 0;
 }
 
-int zl_st_ssl_read(struct pt_regs *ctx)
+SEC("uprobe")
+int zl_st_ssl_read(struct zl_regs *ctx)
 {
 	return zl_st_ssl_enter(ctx, 0, 0);
 }
 
-int zl_st_ssl_write(struct pt_regs *ctx)
+SEC("uprobe")
+int zl_st_ssl_write(struct zl_regs *ctx)
 {
 	return zl_st_ssl_enter(ctx, 1, 0);
 }
 
-int zl_st_ssl_read_ex(struct pt_regs *ctx)
+SEC("uprobe")
+int zl_st_ssl_read_ex(struct zl_regs *ctx)
 {
 	return zl_st_ssl_enter(ctx, 0, 1);
 }
 
-int zl_st_ssl_write_ex(struct pt_regs *ctx)
+SEC("uprobe")
+int zl_st_ssl_write_ex(struct zl_regs *ctx)
 {
 	return zl_st_ssl_enter(ctx, 1, 1);
 }
 
 /* Any of the four returns: SSL_read and SSL_write return the length, the _ex
  * forms 1 and the length through their fourth argument. */
-int zl_st_ssl_return(struct pt_regs *ctx)
+SEC("uretprobe")
+int zl_st_ssl_return(struct zl_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	struct zl_st_ssl_call *found = zl_st_ssl_calls.lookup(&id);
+	struct zl_st_ssl_call *found = bpf_map_lookup_elem(&zl_st_ssl_calls, &id);
 	struct zl_st_ssl_call call;
 	struct zl_st_key key = {};
 	struct zl_st_link by_ssl = {};
-	long ret = PT_REGS_RC(ctx);
+	long ret = ZL_RET(ctx);
 	__u64 len = 0, *fd;
 
 	if (!found)
 		return 0;
 	call = *found;
-	zl_st_ssl_calls.delete(&id);
+	bpf_map_delete_elem(&zl_st_ssl_calls, &id);
 	if (call.ex) {
 		if ((int)ret != 1 || bpf_probe_read_user(&len, sizeof(len), (void *)call.lenp))
 			return 0;
@@ -955,21 +913,21 @@ int zl_st_ssl_return(struct pt_regs *ctx)
 	key.id = call.ssl;
 	by_ssl.tgid = key.tgid;
 	by_ssl.id = call.ssl;
-	fd = zl_st_ssl_fds.lookup(&by_ssl);
+	fd = bpf_map_lookup_elem(&zl_st_ssl_fds, &by_ssl);
 	if (!fd) {
 		/* no system call inside: a memory BIO (see zl_st_bio_threads) */
-		struct zl_st_bio_thread *bio = zl_st_bio_threads.lookup(&id);
+		struct zl_st_bio_thread *bio = bpf_map_lookup_elem(&zl_st_bio_threads, &id);
 		struct zl_st_bio_thread fresh = {.pending_ssl = 0, .last_fd = -1};
 
 		if (!bio) {
-			zl_st_bio_threads.update(&id, &fresh);
-			bio = zl_st_bio_threads.lookup(&id);
+			bpf_map_update_elem(&zl_st_bio_threads, &id, &fresh, BPF_ANY);
+			bio = bpf_map_lookup_elem(&zl_st_bio_threads, &id);
 		}
 		if (bio && call.out) {
 			bio->pending_ssl = call.ssl;
 		} else if (bio && bio->last_fd >= 0) {
 			zl_st_link(key.tgid, call.ssl, bio->last_fd);
-			fd = zl_st_ssl_fds.lookup(&by_ssl);
+			fd = bpf_map_lookup_elem(&zl_st_ssl_fds, &by_ssl);
 		}
 	}
 	zl_st_data(&key, fd ? (__s32)*fd : -1, call.out, (const void *)call.buf, len);

@@ -3,8 +3,8 @@
  * and hand valid ones to the AF_XDP socket of their rx queue, or, with
  * forwarding on, route those for another host out of another interface.
  * Verdicts and counters are those of docs/spec.md sections 2 and 3. */
-/* Built by clang into a BPF object (pyxdp/xdp/objects.py), not by bcc:
- * libxdp's dispatcher needs the object's BTF. */
+/* Built by clang into a BPF object (pyxdp/xdp/objects.py), as every
+ * program is: libxdp's dispatcher needs the object's BTF. */
 #include "zl_object.h"
 #include "zl_consts.h"
 #include "zl_structs.h"

@@ -10,10 +10,9 @@
  * live-frames mode recycles pages without restoring their bytes (only
  * data, data_end and data_meta are reset): a frame may still hold whatever
  * an earlier repetition wrote into it. */
-// clang-format off: bcc makes these tokens the license string the kernel gets
-#define BPF_LICENSE Dual BSD/GPL
-// clang-format on
-#include <uapi/linux/bpf.h>
+#include "zl_object.h"
+
+char _license[] SEC("license") = "Dual BSD/GPL";
 
 /* From the loader (pyxdp/lab/generator.py and pyxdp/proto/ethernet.py,
  * through pyxdp.xdp.compiler.shared_defines): the longest template
@@ -39,11 +38,26 @@ struct zl_gen_state {
 		       * tells userspace nothing of how far it got */
 };
 
-BPF_ARRAY(zl_gen_templates, struct zl_gen_template, ZL_GEN_TEMPLATES);
-BPF_ARRAY(zl_gen_schedule, __u32, ZL_GEN_SLOTS);
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ZL_GEN_TEMPLATES);
+	__type(key, __u32);
+	__type(value, struct zl_gen_template);
+} zl_gen_templates SEC(".maps");
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ZL_GEN_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} zl_gen_schedule SEC(".maps");
 /* Only one test run uses a loaded generator at a time (the caller's
  * thread), so the state needs no atomics. */
-BPF_ARRAY(zl_gen_state, struct zl_gen_state, 1);
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct zl_gen_state);
+} zl_gen_state SEC(".maps");
 
 static __always_inline int zl_gen_fail(struct zl_gen_state *st)
 {
@@ -51,6 +65,7 @@ static __always_inline int zl_gen_fail(struct zl_gen_state *st)
 	return XDP_ABORTED;
 }
 
+SEC("xdp")
 int xdp_tx_gen(struct xdp_md *ctx)
 {
 	struct zl_gen_template *tpl;
@@ -59,7 +74,7 @@ int xdp_tx_gen(struct xdp_md *ctx)
 	__u64 len;
 	int delta;
 
-	st = zl_gen_state.lookup(&zero);
+	st = bpf_map_lookup_elem(&zl_gen_state, &zero);
 	if (!st)
 		return XDP_ABORTED;
 	st->runs++;
@@ -68,10 +83,10 @@ int xdp_tx_gen(struct xdp_md *ctx)
 
 	slot = st->next;
 	st->next = slot + 1 < st->slots ? slot + 1 : 0;
-	index = zl_gen_schedule.lookup(&slot);
+	index = bpf_map_lookup_elem(&zl_gen_schedule, &slot);
 	if (!index)
 		return zl_gen_fail(st);
-	tpl = zl_gen_templates.lookup(index);
+	tpl = bpf_map_lookup_elem(&zl_gen_templates, index);
 	if (!tpl)
 		return zl_gen_fail(st);
 	/* The verifier must see the register passed to the helper below

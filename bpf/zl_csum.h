@@ -24,8 +24,8 @@
  * sixteen loads: 2 ns of a 4-frame datagram's 31 on the 2.0 GHz Xeon), and
  * the last up to three bytes one by one. Each offset is worked out from the datagram's start and
  * length, not carried from the step before, so the verifier sees one state
- * after the chunk loop however many chunks it ran. (bcc declares the
- * helper's result an int: it is a 32-bit sum, cast back to one.) Direct
+ * after the chunk loop however many chunks it ran. (The helper returns
+ * a 32-bit sum in a wider type: cast back to one.) Direct
  * access reaches the first 64 KiB of a packet: a datagram that ends more
  * than ZL_CSUM_REACH bytes in (skb mode, an MTU above 65,000) cannot be
  * checked and counts as bad. */
@@ -104,7 +104,7 @@ static __always_inline int zl_csum_bytes(void *data, void *data_end, __u64 off,
 	for (i = 0; i < ZL_CSUM_MAX_CHUNKS; i++) {
 		void *p;
 
-		/* A plain counter: clang 19 (bcc 0.31) rewrote it into a negated
+		/* A plain counter: clang 19 rewrote it into a negated
 		 * count-down whose end 6.12's verifier could not see. */
 		zl_opaque(i);
 		if (i >= chunks)

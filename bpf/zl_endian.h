@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* Network byte order without libc: bcc builds for the host's endianness. */
+/* Network byte order without libc: the object is built for the host's
+ * endianness (-target bpf is the host's). */
 #ifndef ZL_ENDIAN_H
 #define ZL_ENDIAN_H
 

@@ -91,7 +91,7 @@ static __always_inline int zl_flow_key(void *data, void *data_end,
 
 /* Accounts a token datagram, walked into W and seen at NOW, to its flow F
  * and to the interface's gap histogram H (NULL: flow only). The map
- * lookups are the program's: bcc rewrites map calls in the main file only. */
+ * lookups are the program's. */
 static __always_inline void zl_flow_update(struct zl_flow *f, struct zl_gap_hist *h,
 					   const struct zl_walk *w, __u64 now)
 {

@@ -64,8 +64,8 @@ static __always_inline void zl_walk_frames(struct xdp_md *ctx, void *data,
 	if (!direct) /* a constant: one loop or the other is compiled */
 		goto loaded;
 	/* The loop's tests against constants are at its end, as exits: at its
-	 * top, clang rotates them into "stay if CONST > x", which BPF as bcc
-	 * targets it (no JLT) takes only with CONST in a register, one the
+	 * top, clang rotates them into "stay if CONST > x", which BPF's first
+	 * instruction set (no JLT) takes only with CONST in a register, one the
 	 * loop then lacks. */
 	for (;;) {
 		__u8 *h = data + off;

@@ -7,8 +7,8 @@
 #define ZL_PARSE_H
 
 /* The uapi headers only: the kernel's internal ones pull in most of the
- * kernel (linux/bpf.h among them), which is slow to compile and which bcc
- * 0.26 cannot parse on 6.12. */
+ * kernel (linux/bpf.h among them), which is slow to compile and differs
+ * from kernel to kernel. */
 #include <uapi/linux/if_ether.h>
 #include <uapi/linux/ip.h>
 #include <uapi/linux/ipv6.h>

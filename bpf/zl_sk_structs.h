@@ -2,7 +2,7 @@
 /* Layouts the TCP frame relay shares with userspace. Python has each field
  * by field (the Layouts of pyxdp/relay/schema.py and pyxdp/relay/datapath.py):
  * change both together; tests/test_layouts.py compares them with these as
- * bcc compiles them. Every padding byte is a named field.
+ * the object's BTF records them. Every padding byte is a named field.
  *
  * From the loader (pyxdp.xdp.compiler.shared_defines, from
  * pyxdp.relay.schema.REASONS), as zl_consts.h says: why the parser broke a

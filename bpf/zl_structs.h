@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
 /* Layouts shared with userspace. Python has each field by field (the Layouts
  * of pyxdp/proto/counters.py and pyxdp/xdp/maps.py): change both together;
- * tests/test_layouts.py compares them with these as bcc compiles them.
+ * tests/test_layouts.py compares them with these as the object's BTF
+ * records them.
  * Every padding byte is a named field.
  *
  * From the loader (pyxdp.xdp.compiler.shared_defines), as zl_consts.h says:

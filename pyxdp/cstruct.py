@@ -6,7 +6,7 @@ order, each a name (the C field's) and the `struct` format of the whole
 field ("Q"; an array is one field, "5Q"; bytes "16s"; padding "6x"). Formats
 use standard sizes and no alignment ("="), so every byte of padding the C
 struct has is a named field on both sides. tests/test_layouts.py holds each
-Layout to the struct as bcc compiles it: field names, offsets, sizes and the
+Layout to the struct as the object's BTF records it: field names, offsets, sizes and the
 total (docs/spec.md §7.3).
 """
 

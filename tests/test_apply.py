@@ -137,7 +137,7 @@ def test_prune_detaches_only_zerolayer_that_the_file_no_longer_names(lab, tmp_pa
     assert rows["fx0"]["program_id"] == foreign_id
     assert pins.pinned_interfaces(lab.dut.netns) == ["dut0"]
     assert apply_json(path, "--prune")["changed"] is False
-    bpf.cleanup()
+    bpf.close()
 
 
 def test_another_tools_program_is_left_alone_and_reported_unless_replace(lab, tmp_path):
@@ -157,7 +157,7 @@ def test_another_tools_program_is_left_alone_and_reported_unless_replace(lab, tm
     write(tmp_path, lab, 'name = "dut0"\nreplace = true')
     assert by_interface(apply_json(path)) == {"dut0": ("replace", "done")}
     assert status(lab)["dut0"]["owner"] == "zerolayer"
-    bpf.cleanup()
+    bpf.close()
 
 
 def test_tuning_is_applied_once_in_the_labs_namespace(lab, tmp_path):

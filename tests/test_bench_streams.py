@@ -5,14 +5,14 @@ streams nothing) runs both arms and reports every figure from a real
 measurement; what the figures are is for the benchmark to say, not for a
 test to assert."""
 
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from pyxdp.bench.streams import section as streams_bench
-from pyxdp.xdp import compiler
+from pyxdp.streams import probes as stream_probes
+from pyxdp.xdp import compiler, libbpf
 from support.bench_helpers import assert_figure, bench_json
 
 pytestmark = [pytest.mark.root,
@@ -95,14 +95,21 @@ def test_every_run_measured_both_arms(streams_run):
     assert bare["write_bare_ns"] > 0
 
 
-def _tracepoints(path: Path) -> list[str]:
-    return re.findall(r"^(?:TRACEPOINT_PROBE|ZL_BARE)\((\w+, \w+)\)", path.read_text(), re.M)
+def _tracepoints(source: str, flags: tuple[str, ...] = (), directory: Path | None = None):
+    """The tracepoints SOURCE's object attaches to, from its programs' sections."""
+    with compiler.logged("zerolayer-test-") as log:
+        image = compiler.program_object(source, flags, log, directory)
+    obj = libbpf.BpfObject(image, source)
+    try:
+        return sorted(sec for sec in obj.programs().values() if sec.startswith("tracepoint/"))
+    finally:
+        obj.close()
 
 
 def test_the_floor_takes_the_observers_tracepoints():
-    observer = _tracepoints(compiler.source_dir() / "streams.c")
-    floor = _tracepoints(Path(streams_bench.__file__).parent / "tracepoint_floor.c")
-    assert len(observer) >= 17 and floor == observer
+    observer = _tracepoints(stream_probes.SOURCE, stream_probes.build_flags())
+    floor = _tracepoints("tracepoint_floor.c", directory=Path(streams_bench.__file__).parent)
+    assert len(observer) >= 18 and floor == observer
 
 
 def test_the_observer_saw_every_paced_stream(streams_run):

@@ -27,11 +27,11 @@ def test_python_m_pyxdp_runs_the_checkout_from_the_repository_root():
 
 def test_the_cli_starts_without_the_heavy_libraries():
     """Every command is registered at start, so a command module that
-    imports numpy, bcc, scapy or matplotlib at the top makes `zerolayer
+    imports numpy, scapy or matplotlib at the top makes `zerolayer
     status` pay for them (numpy alone: about 50 ms here). They are imported
     inside the commands that use them."""
     probe = ("import sys, pyxdp.cli; pyxdp.cli._register(); "
-             "print(' '.join(m for m in ('numpy', 'bcc', 'scapy', 'matplotlib', 'psutil') "
+             "print(' '.join(m for m in ('numpy', 'scapy', 'matplotlib', 'psutil') "
              "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                           text=True, timeout=60)

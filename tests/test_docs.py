@@ -324,7 +324,7 @@ def test_every_tls_library_row_names_programs_the_c_defines():
     from pyxdp.streams.tls_libraries import TLS_LIBRARIES
 
     source = (REPO / "bpf" / "streams.c").read_text()
-    defined = set(re.findall(r"^int (\w+)\(struct pt_regs \*ctx\)", source, re.M))
+    defined = set(re.findall(r"^int (\w+)\(struct zl_regs \*ctx\)", source, re.M))
     assert defined, "no uprobe program found in bpf/streams.c"
     for library in TLS_LIBRARIES:
         assert library.functions, library.name
@@ -344,3 +344,53 @@ def test_the_bench_docstring_names_every_section_in_the_registry_order():
     listed = doc.split("in the order they run and report: ", 1)[1]
     named = re.findall(r"(?:^|, |and )(\w+) \(", listed)
     assert named == list(SECTIONS), named
+
+
+# The toolchain that builds and loads every program, and the one it replaced.
+TOOLCHAIN_NOW = ("clang", "libbpf")
+TOOLCHAIN_GONE = "bcc"
+
+
+def test_the_kernel_sides_docs_name_only_the_toolchain_in_use():
+    """The opening docstrings of bpf/, bench/ and kernel/, and every C file
+    under bpf/ and beside the bench and lab sections, name no toolchain that
+    no longer builds or loads anything (bcc's left, issue 44); bpf/'s names
+    the one that does."""
+    import ast
+
+    packages = [REPO / "bpf" / "__init__.py", REPO / "pyxdp" / "bench" / "__init__.py",
+                REPO / "pyxdp" / "kernel" / "__init__.py"]
+    for path in packages:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert doc, path
+        assert TOOLCHAIN_GONE not in doc.lower(), path
+    bpf_doc = ast.get_docstring(ast.parse(packages[0].read_text())) or ""
+    assert all(tool in bpf_doc for tool in TOOLCHAIN_NOW), bpf_doc
+    sources = [*(REPO / "bpf").rglob("*.[ch]"), REPO / "pyxdp" / "lab" / "xdp_pass.c",
+               REPO / "pyxdp" / "bench" / "xdp_count.c",
+               *(REPO / "pyxdp" / "bench" / "streams").glob("*.c")]
+    assert len(sources) > 20
+    stale = [str(p.relative_to(REPO)) for p in sources if TOOLCHAIN_GONE in p.read_text()]
+    assert not stale, stale
+
+
+def test_every_bpf_program_is_in_the_one_list_that_loads_them_all():
+    """CONTRIBUTING's "Adding a BPF program", as the observer, the relay and
+    the floors moved to it (issue 44): every program the kernel runs is
+    built by the one function (it includes zl_object.h, its programs in
+    sections) and is named in tests/test_programs_load.py, which loads each
+    on every kernel of the matrix."""
+    userspace = {"_core.c", "xsk_consumer.c", "splice_relay.c", "paced_sender.c"}
+    found = [*(REPO / "bpf").glob("*.c"), *(REPO / "pyxdp" / "lab").glob("*.c"),
+             *(REPO / "pyxdp" / "bench").rglob("*.c")]
+    programs = [p for p in found if p.name not in userspace]
+    assert {p.name for p in programs} >= {"xdp_token.c", "streams.c", "sk_relay.c", "xdp_tx.c",
+                                           "xdp_pass.c", "xdp_count.c", "tracepoint_floor.c",
+                                           "uprobe_hit.c"}
+    listed = (REPO / "tests" / "test_programs_load.py").read_text()
+    for path in programs:
+        text = path.read_text()
+        assert '#include "zl_object.h"' in text and re.search(r'SEC\("(?!license)', text), path
+        if path.name in ("uprobe_hit.c", "tracepoint_floor.c"):
+            continue  # the bench's floors, loaded by the streams bench's own test
+        assert f'"{path.name} (' in listed, f"{path.name} is not in tests/test_programs_load.py"

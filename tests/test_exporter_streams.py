@@ -54,7 +54,7 @@ def exporter():
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
         assert "Traceback" not in err and "internal error" not in err
-        assert not any(lab.prog_exists(p) for p in progs), "a probe outlived the exporter"
+        assert not lab.programs_left(progs), "a probe outlived the exporter"
         assert lab.tracefs_mounted() == tracefs_before
 
 

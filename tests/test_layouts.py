@@ -3,26 +3,24 @@
 
 Structs: every struct Python shares with the programs (map keys and values,
 and a test run's context) is a pyxdp.cstruct.Layout on the Python side; here
-each is compared with the struct as bcc compiles it from the C (the ctypes
-type bcc builds for a map's key or value): field names in order, offsets,
-sizes and the total. The structs are taken from the product's own programs,
-compiled and loaded as the product does; the token program's, which clang
-builds into an object (bcc gives no types for it), from maps of the same
-names and types declared for the purpose with its header (both compilers
-are clang targeting BPF: one layout), while the sizes of its maps are read
-from the program loaded; the kernel's struct xdp_md, which no program keeps
-in a map, from a map declared for the purpose.
+each is compared with the struct as clang recorded it in the object's BTF
+(tests/support/object_btf.py): field names in order, offsets, sizes and the
+total. The structs are taken from the product's own objects, built as the
+product builds them; the kernel's struct xdp_md, which no program keeps in
+a map, from a map declared for the purpose; the sizes of the maps a load
+sets, from the programs loaded.
 
 Constants: the C defines none of the shared ones; the loader passes them
 all (pyxdp.xdp.compiler.shared_defines). Checked three ways: the sources
 define none of those names and refuse to compile without each (an #error
-guard); the map sizes and array lengths bcc reports are the Python values;
+guard); the map sizes and array lengths the objects record are the Python
+values;
 and every value, read back after all the headers, is the one Python gave.
 """
 
-import ctypes
 import importlib
 import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -34,108 +32,82 @@ from pyxdp.proto import counters
 from pyxdp.relay import datapath, schema
 from pyxdp.relay.datapath import RelayDataPath
 from pyxdp.streams import probes as stream_probes
-from pyxdp.xdp import compiler, egress, maps, pins
+from pyxdp.xdp import compiler, egress, maps, parsers, pins
+from support import object_btf
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
 
 MAX_SOCKS = 64  # the relay's, for this test
-# Headers of the token program alone, which clang builds (zl_object.h)
-CLANG_ONLY = {"zl_object.h", "zl_maps.h", "zl_forward.h", "zl_buffers.h"}
 
-# Set by the loader per load, not shared constants.
-PER_LOAD = {"ZL_SK_SOCKS_FD", "ZL_SK_MAX_SOCKS", "ZL_SK_WINDOW",
-            "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM", "ZL_XDP_PRIORITY",
-            # the streams program's sizes, pid filter and the kernel's field offsets
-            "ZL_ST_PIECES", "ZL_ST_IOVS", "ZL_ST_MAX_CONNS", "ZL_ST_RING_PAGES",
-            "ZL_ST_FILTER_PIDS", "ZL_ST_SELF", "ZL_ST_IGNORE_AFTER", "ZL_ST_EVICTED",
-            "ZL_ST_OFF_FILE_REF", "ZL_ST_FILE_REF_ZERO_BASED",
-            *(f"ZL_ST_OFF_{name}" for name in stream_probes.KERNEL_FIELDS)}
+# Set by the loader per build or load, not shared constants.
+PER_LOAD = {"ZL_SK_WINDOW", "ZL_HAVE_XDP_LOAD_BYTES", "ZL_XDP_PROGRAM", "ZL_XDP_PRIORITY",
+            # the streams program's: how much one call copies, when a socket is ignored
+            "ZL_ST_PIECES", "ZL_ST_IOVS", "ZL_ST_IGNORE_AFTER", "ZL_ST_EVICTED"}
 
-
-def _bpf(text: str, *extra: str):
-    """Compile TEXT (a test's own C) with bcc as the programs are compiled."""
-    from bcc import BPF
-
-    return BPF(text=text.encode(), cflags=[*compiler.compile_flags(), *extra])
+# struct xdp_md is a program's context, in no map: a test object has one.
+XDP_MD_TEXT = """#include "zl_object.h"
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xdp_md);
+} zl_test_xdp_md SEC(".maps");
+"""
 
 
 @pytest.fixture(scope="module")
 def programs():
-    """bcc's view of the programs with shared structs, compiled and loaded as
-    the product does."""
+    """The programs' types as their objects' BTF records them, built as the
+    product builds them; and the token program and the relay loaded, for
+    the sizes their maps really have."""
+    with compiler.logged("zerolayer-test-") as log:
+        token_image = compiler.token_object(parsers.for_this_kernel(), log)
+    types = {
+        "token": object_btf.ObjectTypes(token_image),
+        "relay": object_btf.build(datapath.RELAY_SOURCE, (
+            *compiler.define_flags(compiler.shared_defines() | schema.c_defines()),
+            "-DZL_SK_WINDOW=0")),
+        "generator": object_btf.build(generator.GENERATOR_PROGRAM[0], compiler.define_flags(
+            compiler.shared_defines() | generator.c_defines())),
+        "streams": object_btf.build(stream_probes.SOURCE, stream_probes.build_flags()),
+        "kernel": object_btf.build("zl_test_xdp_md.c", text=XDP_MD_TEXT),
+    }
     token = compiler.load_token()
-    loaded = {"generator": generator.load_program()} if generator.live_frames() else {}
     relay = RelayDataPath(max_socks=MAX_SOCKS)
-    # the token program's structs, in maps named and typed as bpf/zl_maps.h's
-    token_structs = _bpf('#include <uapi/linux/bpf.h>\n#include "zl_structs.h"\n'
-                         "BPF_PERCPU_ARRAY(zl_counters, struct zl_counters, 1);\n"
-                         "BPF_ARRAY(zl_config, struct zl_config, 1);\n"
-                         "BPF_TABLE(\"lru_hash\", struct zl_flow_key, struct zl_flow, zl_flows, 1);\n"
-                         "BPF_PERCPU_ARRAY(zl_gaps, struct zl_gap_hist, 1);\n")
-    # struct xdp_md is a program's context, in no map: declare one for bcc.
-    kernel = _bpf("#include <uapi/linux/bpf.h>\n"
-                  "BPF_ARRAY(zl_test_xdp_md, struct xdp_md, 1);\n")
-    # the streams event goes through a ring buffer, which bcc gives no type:
-    # a map of it, compiled with the program's header, has it
-    streams = _bpf('#include <uapi/linux/bpf.h>\n#include "streams.h"\n'
-                   "BPF_ARRAY(zl_test_st_event, struct zl_st_event, 1);\n",
-                   *compiler.define_flags(stream_probes.c_defines()))
-    # Before 5.18 the kernel refuses the generator's program: bcc still
-    # compiles it and makes its maps, which is all a layout needs.
-    unloaded = [] if "generator" in loaded else [
-        _bpf(f'#include "{generator.GENERATOR_PROGRAM[0]}"\n',
-             *compiler.define_flags(generator.c_defines()))]
     try:
-        yield {**{name: lo.bpf for name, lo in loaded.items()},
-               **({"generator": unloaded[0]} if unloaded else {}),
-               "relay": relay._loaded.bpf, "kernel": kernel, "streams": streams,
-               "token": token_structs, "token_loaded": token}
+        yield {**types, "token_loaded": token, "relay_loaded": relay}
     finally:
-        for b in (kernel, streams, token_structs, *unloaded):
-            b.cleanup()
         relay.close()
         token.close()
-        for lo in loaded.values():
-            lo.close()
 
 
-def _element(ctype):
-    """A per-CPU map's value type is an array over CPUs: its element."""
-    return ctype._type_ if issubclass(ctype, ctypes.Array) else ctype
-
-
-def _bcc_fields(ctype) -> list[tuple[str, int, int]]:
-    return [(name, getattr(ctype, name).offset, getattr(ctype, name).size)
-            for name, *_ in ctype._fields_]
-
-
-# (program, map, "Key" or "Leaf") -> the Python Layout of that struct.
+# (program, map, "key" or "value") -> the Python Layout of that struct.
 STRUCTS = {
-    ("token", "zl_counters", "Leaf"): counters.LAYOUT,
-    ("token", "zl_config", "Leaf"): maps.CONFIG,
-    ("token", "zl_flows", "Key"): maps.FLOW_KEY,
-    ("token", "zl_flows", "Leaf"): maps.FLOW,
-    ("token", "zl_gaps", "Leaf"): maps.GAP_HIST,
-    ("relay", "zl_sk_counters", "Leaf"): schema.LAYOUT,
-    ("relay", "zl_sk_config", "Leaf"): datapath.CONFIG,
-    ("relay", "zl_sk_conns", "Leaf"): datapath.CONN,
-    ("generator", "zl_gen_templates", "Leaf"): generator.TEMPLATE,
-    ("generator", "zl_gen_state", "Leaf"): generator.STATE,
-    ("kernel", "zl_test_xdp_md", "Leaf"): generator.XDP_MD,
-    ("streams", "zl_test_st_event", "Leaf"): stream_probes.EVENT,
+    ("token", "zl_counters", "value"): counters.LAYOUT,
+    ("token", "zl_config", "value"): maps.CONFIG,
+    ("token", "zl_flows", "key"): maps.FLOW_KEY,
+    ("token", "zl_flows", "value"): maps.FLOW,
+    ("token", "zl_gaps", "value"): maps.GAP_HIST,
+    ("relay", "zl_sk_counters", "value"): schema.LAYOUT,
+    ("relay", "zl_sk_config", "value"): datapath.CONFIG,
+    ("relay", "zl_sk_conns", "value"): datapath.CONN,
+    ("generator", "zl_gen_templates", "value"): generator.TEMPLATE,
+    ("generator", "zl_gen_state", "value"): generator.STATE,
+    ("kernel", "zl_test_xdp_md", "value"): generator.XDP_MD,
+    ("streams", "zl_st_scratch", "value"): stream_probes.EVENT,
 }
 
 
 @pytest.mark.parametrize("where", STRUCTS, ids=lambda w: f"struct {STRUCTS[w].c_name}")
 def test_struct_layout(programs, where):
     program, table, side = where
-    layout = STRUCTS[where]
-    ctype = _element(getattr(programs[program][table.encode()], side))
-    assert ctype.__name__ == layout.c_name
-    assert _bcc_fields(ctype) == layout.offsets(), (
-        f"struct {layout.c_name}: C (bcc) and Python field lists differ; a name starting "
-        "__pad is padding the C struct leaves implicit")
-    assert ctypes.sizeof(ctype) == layout.size
+    layout, types = STRUCTS[where], programs[program]
+    struct = types.map_type(table, side)
+    assert struct["name"] == layout.c_name
+    assert types.fields(struct) == layout.offsets(), (
+        f"struct {layout.c_name}: C (the object's BTF) and Python field lists differ; a name "
+        "starting __pad is padding the C struct leaves implicit")
+    assert struct["size"] == layout.size
 
 
 def test_every_layout_is_compared():
@@ -171,10 +143,13 @@ def test_token_map_specs(programs):
 def test_scalar_keys_and_values(programs):
     relay, gen = programs["relay"], programs["generator"]
     assert _token_map_info(programs, "counters").key_size == maps.KEY.size
-    assert ctypes.sizeof(relay[b"zl_sk_counters"].Key) == datapath.KEY.size
-    assert ctypes.sizeof(relay[b"zl_sk_conns"].Key) == datapath.COOKIE.size
-    assert ctypes.sizeof(gen[b"zl_gen_schedule"].Key) == generator.INDEX.size
-    assert ctypes.sizeof(gen[b"zl_gen_schedule"].Leaf) == generator.INDEX.size
+    assert relay.map_side_size("zl_sk_counters", "key") == datapath.KEY.size
+    assert relay.map_side_size("zl_sk_conns", "key") == datapath.COOKIE.size
+    assert gen.map_side_size("zl_gen_schedule", "key") == generator.INDEX.size
+    assert gen.map_side_size("zl_gen_schedule", "value") == generator.INDEX.size
+    for name, (key, value) in stream_probes.TABLES.items():
+        assert programs["streams"].map_side_size(name, "key") == struct.calcsize(key), name
+        assert programs["streams"].map_side_size(name, "value") == struct.calcsize(value), name
 
 
 def test_map_sizes_are_the_python_values(programs):
@@ -183,9 +158,10 @@ def test_map_sizes_are_the_python_values(programs):
     assert _token_map_info(programs, "xsks").max_entries == maps.XSKS_MAX
     assert _token_map_info(programs, "flows").max_entries == maps.FLOWS_MAX
     assert _token_map_info(programs, "egress").max_entries == maps.EGRESS_MAX
-    assert gen[b"zl_gen_templates"].max_entries == generator.MAX_TEMPLATES
-    assert gen[b"zl_gen_schedule"].max_entries == generator.MAX_SLOTS
-    assert programs["relay"][b"zl_sk_conns"].max_entries == MAX_SOCKS
+    assert gen.max_entries("zl_gen_templates") == generator.MAX_TEMPLATES
+    assert gen.max_entries("zl_gen_schedule") == generator.MAX_SLOTS
+    conns = programs["relay_loaded"]._maps["conns"]
+    assert bpfsys.map_info(conns).max_entries == MAX_SOCKS
 
 
 # --- constants ---------------------------------------------------------------------
@@ -229,22 +205,16 @@ def test_the_c_sees_the_python_values():
     """Every shared value as the C sees it after all the headers, read back
     through the length of a map declared with it."""
     shared = all_defines()
-    # all but those of the object clang builds, which bcc cannot compile
-    headers = sorted(p.name for p in compiler.source_dir().glob("zl_*.h")
-                     if p.name not in CLANG_ONLY)
-    text = "#include <uapi/linux/bpf.h>\n"
-    text += "".join(f'#include "{h}"\n' for h in headers)
+    headers = sorted(p.name for p in compiler.source_dir().glob("*.h"))
+    text = '#include "zl_object.h"\n' + "".join(f'#include "{h}"\n' for h in headers)
     # Every value is read as max_entries - 1, so 0 can be read too.
-    text += "".join(f"BPF_ARRAY(zl_test_{i}, __u8, ({name}) + 1);\n"
+    text += "".join(f"struct {{ __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, ({name}) + 1);"
+                    f" __type(key, __u32); __type(value, __u8); }} zl_test_{i} SEC(\".maps\");\n"
                     for i, name in enumerate(shared))
-    # with the per-load names too, for the headers that need them
-    b = _bpf(text, *compiler.define_flags(schema.c_defines() | generator.c_defines()
-                                          | stream_probes.c_defines()),
-             "-DZL_SK_SOCKS_FD=-1", "-DZL_SK_MAX_SOCKS=2", "-DZL_SK_WINDOW=0",
-             "-DZL_HAVE_XDP_LOAD_BYTES=1")
-    try:
-        seen = {name: b[f"zl_test_{i}".encode()].max_entries - 1
-                for i, name in enumerate(shared)}
-    finally:
-        b.cleanup()
+    # with the per-build names too, for the headers that need them
+    types = object_btf.build("zl_test_values.c", (
+        *compiler.define_flags(shared | {"ZL_ST_PIECES": 1, "ZL_ST_IOVS": 1,
+                                         "ZL_ST_IGNORE_AFTER": 1, "ZL_ST_EVICTED": 1}),
+        "-DZL_SK_WINDOW=0", "-DZL_HAVE_XDP_LOAD_BYTES=1"), text=text)
+    seen = {name: types.max_entries(f"zl_test_{i}") - 1 for i, name in enumerate(shared)}
     assert seen == shared

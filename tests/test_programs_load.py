@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Every BPF program zerolayer ships loads on the running kernel: bcc
-compiles it against this kernel's headers and the verifier accepts it. What
+"""Every BPF program zerolayer ships loads on the running kernel: its
+object (built once by clang) is fitted to this kernel by libbpf and the
+verifier accepts it. What
 each program does is tested elsewhere; this is the one list of them all, so
 a kernel that rejects any names it here. The generator needs Linux 5.18
 (live-frames test runs, bpf_xdp_store_bytes): an older kernel must refuse
@@ -12,6 +13,7 @@ from pyxdp.bench.floors import CountProgram, PassProgram
 from pyxdp.errors import ZerolayerError
 from pyxdp.lab import generator
 from pyxdp.relay.datapath import RelayDataPath
+from pyxdp.streams.probes import Probes
 from pyxdp.xdp import compiler
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel, pytest.mark.smoke]
@@ -25,6 +27,7 @@ PROGRAMS = {
     "xdp_count.c (forwarding bench sink)": lambda: CountProgram("drop"),
     "xdp_pass.c (bench floor)": PassProgram,
     "sk_relay.c (the TCP relay)": RelayDataPath,
+    "streams.c (the stream observer: CO-RE, tracepoints attached)": Probes,
 }
 
 

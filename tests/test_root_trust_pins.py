@@ -301,7 +301,7 @@ def test_another_tools_program_is_named_with_its_own_removal(cli, lab, tmp_path)
             assert f"`ip -n {lab.dut.netns} link set dev {lab.dut.ifname} xdpgeneric off`" in line
         assert netlink.query(lab.dut.ifname, lab.dut.netns).mode == "skb"  # left in place
     finally:
-        bpf.cleanup()
+        bpf.close()
 
 
 def test_watch_with_prune_unpins_a_deleted_namespace(doomed, tmp_path):

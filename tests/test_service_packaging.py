@@ -20,7 +20,7 @@ from pyxdp.service import config
 REPO = Path(__file__).resolve().parents[1]
 PACKAGING = REPO / "packaging"
 UNITS = ("zerolayer.service", "zerolayer-exporter.service")
-HOST_PATHS = {"/sys/fs/bpf", "/run/zerolayer", "/lib/modules", "/usr/src"}
+HOST_PATHS = {"/sys/fs/bpf", "/run/zerolayer"}
 
 
 def unit(name: str) -> dict[str, dict[str, list[str]]]:

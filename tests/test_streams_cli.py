@@ -59,7 +59,7 @@ def test_one_pid_and_the_streams_open_at_exit(tmp_path):
     assert (seen["pid"], seen["side"], seen["tls"], seen["status"], seen["chunks"]) == (
         watched.pid, "client", True, "open", 3)
     assert secret not in "".join(observer.stdout + observer.stderr)
-    assert not [p for p in progs if lab.prog_exists(p)]
+    assert not lab.programs_left(progs)
 
 
 @pytest.mark.root

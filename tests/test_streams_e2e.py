@@ -256,4 +256,4 @@ def test_zz_ends_cleanly_and_says_nothing_private(setup):
         assert secret not in text
     assert "not seen:" in observer.stderr[0]
     assert lab.tracefs_mounted() == setup["tracefs"]
-    assert not [p for p in progs if lab.prog_exists(p)]
+    assert not lab.programs_left(progs)

@@ -1,10 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The pieces under `zerolayer streams`: the event struct shared with the
-C, the kernel field offsets read from BTF, the OpenSSL libraries found in
+C, one object for every load, the OpenSSL libraries found in
 processes' maps, and what the program tracks and copies (a server and a
 client of our own where only exact byte shapes will do)."""
 
-import ctypes
 import os
 import socket
 import subprocess
@@ -14,29 +13,29 @@ import time
 
 import pytest
 
-from pyxdp.errors import ZerolayerError
-from pyxdp.streams import btf, libraries, mapped_file, probes
+from pyxdp.streams import libraries, mapped_file, probes
 
 
-def test_btf_offsets_of_well_known_fields():
-    types = btf.vmlinux()
-    assert types.offset("list_head", "prev") == 8
-    assert types.offset("hlist_node", "pprev") == 8
-    # through anonymous unions and structs, and a nested path
-    assert types.offset("sock_common", "skc_daddr") == 0
-    assert types.offset("sock", "__sk_common.skc_rcv_saddr") == 4
-    offsets = probes.kernel_offsets()
-    assert set(offsets) == {f"ZL_ST_OFF_{n}" for n in probes.KERNEL_FIELDS} | {
-        "ZL_ST_OFF_FILE_REF", "ZL_ST_FILE_REF_ZERO_BASED"}
-    # the file's reference count: file_ref_t from 6.13 (one less than the references)
-    try:
-        assert offsets["ZL_ST_OFF_FILE_REF"] == types.offset("file", "f_ref.refcnt")
-        assert offsets["ZL_ST_FILE_REF_ZERO_BASED"] == 1
-    except ZerolayerError:  # before 6.13: an atomic_long_t
-        assert offsets["ZL_ST_OFF_FILE_REF"] == types.offset("file", "f_count.counter")
-        assert offsets["ZL_ST_FILE_REF_ZERO_BASED"] == 0
-    with pytest.raises(ZerolayerError, match="no nosuchfield"):
-        types.offset("list_head", "nosuchfield")
+@pytest.mark.root
+def test_one_object_serves_every_load():
+    """The object is built once and configured at each load: the maps sized
+    by --max-streams and the ring as asked, the same bytes from the cache
+    for any size (nothing of a run is compiled in)."""
+    from pyxdp.kernel import bpfsys
+    from pyxdp.xdp import compiler
+
+    images = set()
+    for max_conns in (1000, 3000):
+        p = probes.Probes(max_conns=max_conns)
+        try:
+            for name in probes.CONN_MAPS[:-1]:
+                assert bpfsys.map_info(p.tables[name].fd).max_entries == max_conns
+            assert bpfsys.map_info(p.ring_fd).max_entries == probes.RING_PAGES * os.sysconf("SC_PAGE_SIZE")
+        finally:
+            p.close()
+        with compiler.logged("zerolayer-test-") as log:
+            images.add(compiler.program_object(probes.SOURCE, probes.build_flags(), log))
+    assert len(images) == 1
 
 
 @pytest.mark.root  # /proc/PID/map_files is opened only with CAP_SYS_ADMIN
@@ -71,21 +70,13 @@ def test_each_openssl_library_is_found_once():
 
 @pytest.mark.root
 def test_the_event_struct_is_the_pythons():
-    from bcc import BPF
+    from support import object_btf
 
-    from pyxdp.xdp import compiler
-
-    b = BPF(text=b'#include <uapi/linux/bpf.h>\n#include "streams.h"\n'
-                 b"BPF_ARRAY(zl_test_st_event, struct zl_st_event, 1);\n",
-            cflags=[*compiler.compile_flags(), *compiler.define_flags(probes.c_defines())])
-    try:
-        ctype = b[b"zl_test_st_event"].Leaf
-        fields = [(name, getattr(ctype, name).offset, getattr(ctype, name).size)
-                  for name, *_ in ctype._fields_]
-        assert fields == probes.EVENT.offsets()
-        assert ctypes.sizeof(ctype) == probes.EVENT.size
-    finally:
-        b.cleanup()
+    types = object_btf.build(probes.SOURCE, probes.build_flags())
+    event = types.map_type("zl_st_scratch", "value")
+    assert event["name"] == "zl_st_event"
+    assert types.fields(event) == probes.EVENT.offsets()
+    assert event["size"] == probes.EVENT.size
 
 
 class Recorder:
@@ -363,7 +354,7 @@ def popen_as(pid: int, args: list[str], **kwargs) -> subprocess.Popen:
 
 def holds(table, pid: int, fd: int | None = None) -> bool:
     """Whether TABLE has an entry of process PID (and fd FD)."""
-    return any(k.tgid == pid and fd in (None, k.id) for k in table.keys())
+    return any(k[0] == pid and fd in (None, k[2]) for k in table.keys())
 
 
 @pytest.mark.root
@@ -374,7 +365,7 @@ def test_a_reused_pid_starts_clean(watched, left):
     200 to another server, and is tracked as a new connection: what the dead
     one left in the program's maps went at its exit."""
     p, s, rec = watched
-    table = p.bpf[b"zl_st_ignored" if left == "ignored" else b"zl_st_conns"]
+    table = p.tables["zl_st_ignored" if left == "ignored" else "zl_st_conns"]
     servers = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
     ports = [str(srv.getsockname()[1]) for srv in servers]
     pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
@@ -456,7 +447,7 @@ def test_a_tls_event_is_built_in_a_buffer_of_its_thread(watched, tmp_path):
         drain(s)
         sent = b"".join(v for k, v in rec.bytes.items() if k[0][0] == peer.pid and k[0][1] and k[1])
         assert b"POST /v1/tls" in sent
-        assert any(k.value >> 32 == peer.pid for k in p.bpf[b"zl_st_tls_scratch"].keys())
+        assert any(k[0] >> 32 == peer.pid for k in p.tables["zl_st_tls_scratch"].keys())
         assert s.failures == {}
     finally:
         peer.kill()

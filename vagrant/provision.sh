@@ -27,17 +27,17 @@ need_root "sudo bash vagrant/provision.sh ${ACTION}"
 case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (use: demo, test, lint, dev)";; esac
 
 # --- apt packages ----------------------------------------------------------
-# python3-bpfcc is bcc for Debian's /usr/bin/python3; the venv below sees it.
 # libxdp1: pyxdp.xsk calls its AF_XDP ring functions, and libbpf1 (its
-# dependency) loads the XDP program. tmux: the tests drive
+# dependency) loads every BPF program. bpftool: the tests read the objects'
+# BTF with it. tmux: the tests drive
 # `zerolayer top` in a pane.
 # socat, haproxy: peers of the relay bench. gcc: the bench compiles its splice
 # relay and its delivery C consumer, and pip builds pyxdp's compiled AF_XDP
 # core (pyxdp/xsk/_core.c) with it and python3-dev's headers. strace: the
 # concurrency test slows a writer of the port set with it
-# (tests/test_concurrency.py). clang: builds zerolayer's XDP program into a
-# BPF object (pyxdp/xdp/objects.py), which libxdp loads.
-PACKAGES=(python3-bpfcc python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc clang strace curl openssl)
+# (tests/test_concurrency.py). clang: builds each BPF program into a CO-RE
+# object, once (pyxdp/xdp/objects.py); libbpf (or libxdp) loads it.
+PACKAGES=(python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc clang strace curl openssl)
 # The C consumer's headers and libraries. Best effort: where libbpf1 came
 # from a backports suite (with its kernel), the release's libbpf-dev cannot
 # be installed beside it, and the bench then skips the consumer with a note.
@@ -78,39 +78,26 @@ PROMTOOL_DIR=/opt/zerolayer/prometheus
 if [ ! -x "$PROMTOOL_DIR/usr/bin/promtool" ]; then
     apt_update
     deb_dir="$(mktemp -d)"
-    if (cd "$deb_dir" && apt-get download -q prometheus >/dev/null) \
-        && dpkg-deb -x "$deb_dir"/prometheus_*.deb "$PROMTOOL_DIR"; then
-        say "unpacked promtool from Debian's prometheus into $PROMTOOL_DIR"
-    else
-        say "could not unpack Debian's prometheus: the exposition tests check without promtool"
-    fi
+    # three tries: a mirror's transient failure left a fresh machine without
+    # it; none more where there is no network at all (the VM rig's guests)
+    for try in 1 2 3; do
+        if (cd "$deb_dir" && apt-get download -q prometheus >/dev/null 2>"$deb_dir/err") \
+            && dpkg-deb -x "$deb_dir"/prometheus_*.deb "$PROMTOOL_DIR"; then
+            say "unpacked promtool from Debian's prometheus into $PROMTOOL_DIR"
+            break
+        fi
+        rm -f "$deb_dir"/*.deb
+        if grep -q -e "Temporary failure resolving" -e "Could not resolve" "$deb_dir/err" \
+            || [ "$try" -eq 3 ]; then
+            break
+        fi
+        sleep 5
+    done
+    [ -x "$PROMTOOL_DIR/usr/bin/promtool" ] \
+        || say "could not unpack Debian's prometheus: the exposition tests check without promtool"
     rm -rf "$deb_dir"
 fi
 [ -x "$PROMTOOL_DIR/usr/bin/promtool" ] && ln -sfn "$PROMTOOL_DIR/usr/bin/promtool" /usr/local/bin/promtool
-
-# --- kernel headers for bcc -------------------------------------------------
-# bcc compiles against /lib/modules/$(uname -r)/build. A distribution kernel
-# has a matching headers package. A custom kernel (as on these VMs) ships none:
-# then Debian's generic headers, linked into place, are what bcc needs;
-# BCC_KERNEL_SOURCE alone was not enough (kconfig.h was not found).
-KREL="$(uname -r)"
-KDIR="/lib/modules/$KREL"
-# Debian splits the tree: kconfig.h lives under source, generated files under build.
-if [ ! -e "$KDIR/build/include/linux/kconfig.h" ] && [ ! -e "$KDIR/source/include/linux/kconfig.h" ]; then
-    if apt_install "linux-headers-$KREL" 2>/dev/null; then
-        say "installed linux-headers-$KREL"
-    else
-        ARCH="$(dpkg --print-architecture)"
-        apt_install "linux-headers-$ARCH"
-        build="$(ls -d /usr/src/linux-headers-*-"$ARCH" | sort -V | tail -n 1)"
-        common="${build%-"$ARCH"}-common"
-        [ -d "$build" ] && [ -d "$common" ] || die "linux-headers-$ARCH left no usable tree in /usr/src"
-        mkdir -p "$KDIR"
-        ln -sfn "$build" "$KDIR/build"
-        ln -sfn "$common" "$KDIR/source"
-        say "no headers for $KREL: linked $KDIR/build -> $build"
-    fi
-fi
 
 # --- bpffs ------------------------------------------------------------------
 # mode=0700: the default 1777 lets any user make directories where root's
@@ -120,8 +107,8 @@ if ! mountpoint -q /sys/fs/bpf; then
     say "mounted bpffs on /sys/fs/bpf (mode 0700)"
 fi
 
-# --- venv that sees Debian's bcc -------------------------------------------
-if ! "$VENV/bin/python" -c "import bcc" 2>/dev/null; then
+# --- venv ----------------------------------------------------------------------
+if ! "$VENV/bin/python" -c "import sys" 2>/dev/null; then
     rm -rf "$VENV"
     mkdir -p "$(dirname "$VENV")"
     /usr/bin/python3 -m venv --system-site-packages "$VENV"

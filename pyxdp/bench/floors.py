@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The programs zerolayer's is measured against, compiled by bcc from C
+"""The programs zerolayer's is measured against, built by clang from C
 kept out of the product's bpf/: XDP_PASS alone (pyxdp/lab/xdp_pass.c, where
 the routed lab needs it too) and count-and-pass (xdp_count.c, beside this
 module)."""

@@ -58,7 +58,7 @@ LOAD = (f"IPv4 UDP datagrams of {FRAMES_PER_DATAGRAM} {PAYLOAD_SIZE}-byte TOKEN 
 def measure(*, rounds: int, settle_s: float, window_s: float, chunk: int) -> dict:
     """Per-round lists of datagrams/s by way, the ratios, and what the
     generator sent and the router and the receiver counted."""
-    # scapy, bcc and the labs: only when the section runs
+    # scapy, libbpf and the labs: only when the section runs
     from pyxdp.bench.floors import CountProgram, PassProgram
     from pyxdp.lab import generator
     from pyxdp.lab.routed_lab import RoutedLab

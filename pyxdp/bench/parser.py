@@ -162,7 +162,7 @@ TARGETS: list[Target] = []
 
 @dataclass
 class Floors:
-    single: Any  # XDP_PASS, as bcc builds it
+    single: Any  # XDP_PASS, as clang builds it
     frags: Any  # XDP_PASS for packets in several buffers; None before 5.18
 
 

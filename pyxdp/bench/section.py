@@ -57,7 +57,7 @@ def judged(targets: list[Target], report: dict) -> list[dict]:
 class Section:
     """A section of the bench. Its module keeps import light (the CLI
     imports every section to list them): what measuring needs that is heavy
-    (bcc, scapy, numpy, AF_XDP) is imported inside measure."""
+    (libbpf, scapy, numpy, AF_XDP) is imported inside measure."""
 
     name: str
     # The section's plan (a frozen dataclass with a `rounds` field), full and quick.

@@ -3,7 +3,7 @@
 
 Each command module parses options, calls the library and prints. Expected
 failures arrive as ZerolayerError and leave as one line on stderr and exit 1;
-usage errors are click's exit 2. Command modules import heavy libraries (bcc,
+usage errors are click's exit 2. Command modules import heavy libraries (libbpf,
 scapy) inside the commands, so that `status` and `stats` start quickly.
 """
 

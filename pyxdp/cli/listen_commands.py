@@ -12,7 +12,7 @@ from pyxdp.cli.render import write_lines
 from pyxdp.xsk import busy_poll as busy_poll_mod
 from pyxdp.xsk import sizing
 
-# Plain numbers: --help needs no socket code (numpy, bcc) loaded.
+# Plain numbers: --help needs no socket code (numpy, libbpf) loaded.
 UMEM_2K = sizing.mib(sizing.DEFAULT_FRAMES * 2048)
 UMEM_4K = sizing.mib(sizing.DEFAULT_FRAMES * 4096)
 PER_QUEUE = sizing.mib(sizing.memory_bytes(sizing.DEFAULT_FRAMES, 2048, sizing.DEFAULT_RING_SIZE))

@@ -2,9 +2,9 @@
 """The bpf(2) system call through ctypes: pins, map elements, object info,
 BPF_PROG_TEST_RUN and helper probes.
 
-bcc compiles and loads; everything a fresh process needs afterwards (status,
-stats, detach, AF_XDP registration, test runs) goes through here, so those
-paths never import bcc or compile anything.
+libbpf loads the programs' objects (pyxdp.xdp.libbpf); everything a fresh
+process needs afterwards (status, stats, detach, AF_XDP registration, test
+runs) goes through here, so those paths never open an object or build one.
 """
 
 import contextlib
@@ -58,7 +58,7 @@ def lift_memlock() -> None:
     """Before Linux 5.11 the kernel charges BPF maps and programs to the
     user's RLIMIT_MEMLOCK, whose default (8 MiB) the maps of an attachment
     or two use up: lift this process's limit, to infinity where it may (as
-    bcc and libbpf do), else to its hard limit. Once per process."""
+    libbpf does), else to its hard limit. Once per process."""
     try:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY,) * 2)
     except (ValueError, OSError):

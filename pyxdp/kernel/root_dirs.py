@@ -11,7 +11,7 @@ each opened with O_NOFOLLOW relative to its parent's fd, and each must be
 a directory owned by root and writable by nobody else (on bpffs too, for
 the pin tree); missing ones are made 0700. Once the chain holds, nothing
 below it can be changed by anyone but root, so path-based calls inside it
-(bcc pinning its maps, BPF_OBJ_GET) are safe. Removal walks fds and never
+(libbpf pinning its maps, BPF_OBJ_GET) are safe. Removal walks fds and never
 follows a link: a symlink inside is refused and named, not followed.
 A refusal is one line naming the path, what is wrong and the fix.
 """

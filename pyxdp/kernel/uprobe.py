@@ -2,7 +2,8 @@
 """A uprobe placed by file offset, through perf_event_open(2) and the
 kernel's uprobe PMU, with a program already loaded (any loader's fd).
 
-Why not bcc's attach_uprobe: it takes a library path and a symbol name,
+Why not a loader's attach by name (bcc's attach_uprobe, libbpf's
+func_name): it takes a library path and a symbol name,
 and resolves the name itself, opening the library and the files its
 .gnu_debuglink and build-id name; a library an ordinary user built names a
 FIFO there and root blocks in open(2) (docs/spec.md §11.1). Here the

@@ -202,7 +202,9 @@ def serve(listen: str = DEFAULT_LISTEN, log=print, stop: threading.Event | None 
     alike, enabled) adds the token streams' metrics."""
     observer = None
     if streams is not None:
-        from pyxdp.streams.observer_thread import ObserverThread  # loads bcc: only with --streams
+        from pyxdp.streams.observer_thread import (
+            ObserverThread,  # loads the observer: only with --streams
+        )
 
         observer = ObserverThread(streams, log)
     try:

@@ -3,9 +3,9 @@
 verdict, attached to a sockhash of relayed sockets, and typed access to the
 relay's maps.
 
-bcc 0.26 cannot declare a sockhash, so we make it here with bpf(2) and hand
-its fd to the C code as -DZL_SK_SOCKS_FD (docs/spec.md §7.2). Sockets are
-keyed by their cookie. A second map, zl_sk_conns, holds per socket the
+The sockhash is made here with bpf(2), before the object loads, and libbpf
+uses it for the object's zl_sk_socks (docs/spec.md §7.2). Sockets are keyed
+by their cookie. A second map, zl_sk_conns, holds per socket the
 cookie of its pair (where its frames go) and the parser's framing state.
 
 Nothing is pinned: the maps and programs live as long as this object (the
@@ -271,7 +271,7 @@ class RelayDataPath:
             os.close(self.socks_fd)
             self.socks_fd = -1
         if self._loaded is not None:
-            self._loaded.close()  # the programs' and bcc's maps' fds
+            self._loaded.close()  # the programs' and maps' fds
             self._loaded = None
 
     def __enter__(self):
@@ -296,11 +296,8 @@ def _load(programs, socks_fd: int, max_socks: int) -> tuple[compiler.Loaded, int
 def _compile(programs, socks_fd: int, max_socks: int, window: int) -> compiler.Loaded:
     return compiler.load(
         RELAY_SOURCE, programs[0][0], also=tuple(name for name, _ in programs[1:]),
-        prog_type=bpfsys.BPF_PROG_TYPE_SK_SKB,
-        maps=RELAY_MAPS,
-        cflags=(*compiler.define_flags(schema.c_defines()),
-                f"-DZL_SK_SOCKS_FD={socks_fd}", f"-DZL_SK_MAX_SOCKS={max_socks}",
-                f"-DZL_SK_WINDOW={window}"),
+        maps=RELAY_MAPS, reuse={"zl_sk_socks": socks_fd}, sizes={"zl_sk_conns": max_socks},
+        cflags=(*compiler.define_flags(schema.c_defines()), f"-DZL_SK_WINDOW={window}"),
     )
 
 

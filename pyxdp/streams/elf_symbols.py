@@ -3,7 +3,7 @@
 ELF symbol tables by this module alone.
 
 The observer runs as root and reads libraries that anyone may have built
-and mapped (docs/spec.md §11.1). bcc's symbol lookup follows the file's
+and mapped (docs/spec.md §11.1). A resolver's symbol lookup (bcc's did) follows the file's
 .gnu_debuglink and build-id to other files, which an ordinary user names:
 a FIFO there kept root blocked in open(2) for ever. This parser reads one
 already opened file and nothing else: never a debuglink, a build-id note

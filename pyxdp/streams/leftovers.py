@@ -10,34 +10,24 @@ the exit of every process it holds state for (ZL_ST_EXIT); this clears
 that process's entries, in one pass over the maps at most every
 PASS_EVERY_S, so many exits cost one pass."""
 
-import contextlib
 import time
-from collections.abc import Callable
-from typing import Any
+
+from pyxdp.kernel.bpf_table import Table
 
 PASS_EVERY_S = 1.0
 
 # Maps whose key starts with the process (struct zl_st_key, struct zl_st_link).
-_BY_PROCESS = (b"zl_st_conns", b"zl_st_ignored", b"zl_st_ssl_fds", b"zl_st_fd_ssls")
+_BY_PROCESS = ("zl_st_conns", "zl_st_ignored", "zl_st_ssl_fds", "zl_st_fd_ssls")
 # Maps keyed by thread (pid_tgid): the process is its upper half.
-_BY_THREAD = (b"zl_st_bio_threads",)
-
-
-def _process_of_struct(key: Any) -> int:
-    return key.tgid
-
-
-def _process_of_thread(key: Any) -> int:
-    return key.value >> 32
+_BY_THREAD = ("zl_st_bio_threads",)
 
 
 class Leftovers:
     """exited(tgid) for each reported exit; clear_due() in the read loop."""
 
-    def __init__(self, bpf: Any):
-        self._tables: list[tuple[Any, Callable[[Any], int]]] = [
-            *((bpf[name], _process_of_struct) for name in _BY_PROCESS),
-            *((bpf[name], _process_of_thread) for name in _BY_THREAD)]
+    def __init__(self, tables: dict[str, Table]):
+        self._tables = [*((tables[name], 0) for name in _BY_PROCESS),
+                        *((tables[name], 32) for name in _BY_THREAD)]
         self._exited: set[int] = set()
         self._last_pass = 0.0
 
@@ -52,7 +42,6 @@ class Leftovers:
             return
         self._last_pass = now
         gone, self._exited = self._exited, set()
-        for table, process_of in self._tables:
-            for key in [k for k in table.keys() if process_of(k) in gone]:
-                with contextlib.suppress(KeyError):  # evicted meanwhile (LRU)
-                    del table[key]
+        for table, shift in self._tables:
+            for key in [k for k in table.keys() if k[0] >> shift in gone]:
+                table.delete(key)  # False: evicted meanwhile (LRU)

@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Load bpf/streams.c and place its probes: the syscall tracepoints (bcc
-attaches them as it loads) and, on each TLS library found, uprobes on the
+"""Load bpf/streams.c's object (built once by clang, fitted to the running
+kernel by libbpf's CO-RE relocations) and place its probes: the syscall
+and scheduler tracepoints (libbpf attaches them where their sections say)
+and, on each TLS library found, uprobes on the
 functions its row of pyxdp.streams.tls_libraries names (OpenSSL's
 SSL_read, SSL_write, SSL_read_ex and SSL_write_ex; entry and return), by
 file offset (pyxdp.kernel.uprobe): the library is opened as
 pyxdp.streams.mapped_file checks it and its symbols read by
-pyxdp.streams.elf_symbols, never by bcc, which would follow the paths a
-library names (docs/spec.md §11.1).
+pyxdp.streams.elf_symbols, never by a symbol resolver (bcc's, libbpf's),
+which would follow the paths a library names (docs/spec.md §11.1).
 
 Where the probes go is a cost decision (docs/spec.md §11.1): a tracepoint
 pair costs tens of nanoseconds per syscall, a uprobe hit microseconds. So
@@ -15,14 +17,18 @@ only into those processes.
 """
 
 import ctypes
+import mmap
 import os
+import platform
+import struct
 from collections.abc import Iterable
 
 from pyxdp.cstruct import Layout
 from pyxdp.errors import ZerolayerError
 from pyxdp.human import escaped
 from pyxdp.kernel import uprobe
-from pyxdp.streams import btf, elf_symbols, libraries, mapped_file, tls_libraries
+from pyxdp.kernel.bpf_table import Table
+from pyxdp.streams import elf_symbols, libraries, mapped_file, tls_libraries
 from pyxdp.xdp import compiler
 
 SOURCE = "streams.c"
@@ -60,12 +66,17 @@ EVENT = Layout(
 )
 HEADER_LEN = EVENT.size - PIECE
 
-# The programs the loader keeps: one is named as bcc's "function", the rest
-# are loaded beside it (every TLS library's, from the table).
+# The uprobe programs, every TLS library's (from the table): placed by
+# pyxdp.kernel.uprobe, not by libbpf.
 UPROBE_PROGRAMS = tls_libraries.programs()
+# The tracepoint programs (bpf/streams.c), attached where their sections say.
+SYSCALLS = ("read", "write", "recvfrom", "sendto", "readv", "writev", "recvmsg", "sendmsg")
+TRACEPOINT_PROGRAMS = (*(f"zl_st_{edge}_{call}" for call in SYSCALLS for edge in ("enter", "exit")),
+                       "zl_st_enter_close", "zl_st_process_exit", "zl_st_process_fork")
 
 TRACEFS = "/sys/kernel/tracing"
-BPF_PROG_TYPE_KPROBE = 2  # uprobes are kprobe programs
+VMLINUX_BTF = "/sys/kernel/btf/vmlinux"  # what libbpf fits the object's CO-RE reads to
+BPF_PROG_TYPE_KPROBE = 2  # uprobes are kprobe programs (the bench counts their runs)
 
 
 def c_defines() -> dict[str, int]:
@@ -76,66 +87,33 @@ def c_defines() -> dict[str, int]:
             "ZL_ST_FORK_KEY": FORK_KEY}
 
 
-# The kernel struct fields the C reads: -D ZL_ST_OFF_<NAME> = byte offset.
-KERNEL_FIELDS = {
-    "TASK_FILES": ("task_struct", "files"),
-    "TASK_TGID": ("task_struct", "tgid"),
-    "TASK_GROUP_LEADER": ("task_struct", "group_leader"),
-    "TASK_COMM": ("task_struct", "comm"),
-    "TASK_SIGNAL": ("task_struct", "signal"),
-    "SIGNAL_LIVE": ("signal_struct", "live"),
-    "FILES_FDT": ("files_struct", "fdt"),
-    "FDT_MAX_FDS": ("fdtable", "max_fds"),
-    "FDT_FD": ("fdtable", "fd"),
-    "FILE_INODE": ("file", "f_inode"),
-    "FILE_PRIVATE": ("file", "private_data"),
-    "INODE_MODE": ("inode", "i_mode"),
-    "INODE_INO": ("inode", "i_ino"),
-    "SOCKET_TYPE": ("socket", "type"),
-    "SOCKET_SK": ("socket", "sk"),
-    "SK_FAMILY": ("sock", "__sk_common.skc_family"),
-    "SK_NUM": ("sock", "__sk_common.skc_num"),
-    "SK_DPORT": ("sock", "__sk_common.skc_dport"),
-    "SK_RCV_SADDR": ("sock", "__sk_common.skc_rcv_saddr"),
-    "SK_DADDR": ("sock", "__sk_common.skc_daddr"),
-    "SK_V6_RCV_SADDR": ("sock", "__sk_common.skc_v6_rcv_saddr"),
-    "SK_V6_DADDR": ("sock", "__sk_common.skc_v6_daddr"),
+# The maps userspace reads or writes, with their C structs' layouts (key,
+# value): struct zl_st_key, zl_st_conn, zl_st_link, zl_st_missed and
+# zl_st_bio_thread (bpf/streams.c). Change both together.
+KEY = "=IIQ"  # tgid, tls, id
+TABLES = {
+    "zl_st_conns": (KEY, "=QQB7x"),  # seq[0], seq[1], skip
+    "zl_st_ignored": (KEY, "=I"),
+    "zl_st_ssl_fds": ("=I4xQ", "=Q"),
+    "zl_st_fd_ssls": ("=I4xQ", "=Q"),
+    "zl_st_bio_threads": ("=Q", "=Qq"),
+    "zl_st_ends_missed": (KEY, "=QQQQ"),  # ts, off, aux, flags
+    "zl_st_pids": ("=I", "=B"),
+    "zl_st_tls_scratch": ("=Q", f"={EVENT.size}s"),
 }
+# Maps sized by --max-streams, at each load.
+CONN_MAPS = ("zl_st_conns", "zl_st_ignored", "zl_st_ssl_fds", "zl_st_fd_ssls", "zl_st_procs")
+RING = "zl_st_events"
+# const volatile zl_st_config (bpf/streams.c): our pid, whether only zl_st_pids is watched
+CONFIG = struct.Struct("=II")
 
 
-# A file's reference count, read at close(2) to tell whether other
-# descriptors (a forked process's, a dup's, one passed over a UNIX socket)
-# still hold the socket: Linux 6.13 made it a file_ref_t, whose count is
-# one less than the references (0: one), from an atomic_long_t f_count.
-FILE_REFS = (("f_ref.refcnt", 1), ("f_count.counter", 0))
-
-
-def kernel_offsets() -> dict[str, int]:
-    """-D ZL_ST_OFF_* values for the running kernel, and how its file
-    reference count counts (ZL_ST_FILE_REF_ZERO_BASED)."""
-    types = btf.vmlinux()
-    out = {f"ZL_ST_OFF_{name}": types.offset(struct_name, path)
-           for name, (struct_name, path) in KERNEL_FIELDS.items()}
-    for path, zero_based in FILE_REFS:
-        try:
-            out["ZL_ST_OFF_FILE_REF"] = types.offset("file", path)
-        except ZerolayerError:
-            continue
-        out["ZL_ST_FILE_REF_ZERO_BASED"] = zero_based
-        return out
-    raise ZerolayerError("the kernel's struct file has neither f_ref nor f_count")
-
-
-def load_flags(max_conns: int, filter_pids: bool) -> tuple[str, ...]:
-    """The -D definitions of one load: the event's and the program's sizes,
-    whether only zl_st_pids is watched, our own pid (never watched) and the
-    running kernel's field offsets."""
-    d = c_defines() | kernel_offsets() | {"ZL_ST_PIECES": PIECES, "ZL_ST_IOVS": IOVS,
-                       "ZL_ST_MAX_CONNS": max_conns, "ZL_ST_RING_PAGES": RING_PAGES,
-                       "ZL_ST_FILTER_PIDS": int(filter_pids), "ZL_ST_SELF": os.getpid(),
-                       "ZL_ST_IGNORE_AFTER": IGNORE_AFTER,
-                       "ZL_ST_EVICTED": EVICTED}
-    return compiler.define_flags(d)
+def build_flags() -> tuple[str, ...]:
+    """The -D definitions the object is built with: the event's, and how
+    much one call copies. Nothing of one run's: the object is built once."""
+    return compiler.define_flags(c_defines() | {
+        "ZL_ST_PIECES": PIECES, "ZL_ST_IOVS": IOVS, "ZL_ST_IGNORE_AFTER": IGNORE_AFTER,
+        "ZL_ST_EVICTED": EVICTED})
 
 
 def _libc():
@@ -148,7 +126,7 @@ MS_SLAVE = 1 << 19
 
 
 def ensure_tracefs() -> None:
-    """bcc needs tracefs to place probes and to remove them. Where the host
+    """libbpf needs tracefs to find a tracepoint's id. Where the host
     has none mounted, this process mounts one that only it sees: in a mount
     namespace of its own, a slave of the host's (mounts made later, such as
     `ip netns add`'s, still reach it), so nothing is left mounted on the host
@@ -180,16 +158,22 @@ class Probes:
         self.private: dict[tuple[int, int], tuple[str, list[int]]] = {}
         self.failed: dict[tuple[int, int], tuple[str, str]] = {}  # (dev, inode): (path, why)
         self.notes: list[str] = []  # one line for each of those, as it is found, names escaped
+        if not os.path.exists(VMLINUX_BTF):
+            raise ZerolayerError(
+                f"this kernel ({platform.release()}) has no BTF ({VMLINUX_BTF}): the stream "
+                "observer reads kernel structs through it (CO-RE); it needs a kernel built "
+                "with CONFIG_DEBUG_INFO_BTF")
         ensure_tracefs()
+        # built once; CO-RE fits it to this kernel's structs as it loads
         self.loaded = compiler.load(
-            SOURCE, UPROBE_PROGRAMS[0], prog_type=BPF_PROG_TYPE_KPROBE,
-            also=UPROBE_PROGRAMS[1:],
-            cflags=load_flags(max_conns, bool(self.pids)))
-        self.bpf = self.loaded.bpf
-        if self.pids:
-            table = self.bpf[b"zl_st_pids"]
-            for pid in self.pids[:MAX_PIDS]:
-                table[table.Key(pid)] = table.Leaf(1)
+            SOURCE, UPROBE_PROGRAMS[0], also=(*UPROBE_PROGRAMS[1:], *TRACEPOINT_PROGRAMS),
+            cflags=build_flags(), attach=True, maps={name: name for name in (*TABLES, RING)},
+            sizes={**dict.fromkeys(CONN_MAPS, max_conns), RING: RING_PAGES * mmap.PAGESIZE},
+            rodata=CONFIG.pack(os.getpid(), int(bool(self.pids))))
+        self.tables = {name: Table(self.loaded.map_fds[name], *TABLES[name]) for name in TABLES}
+        self.ring_fd = self.loaded.map_fds[RING]
+        for pid in self.pids[:MAX_PIDS]:
+            self.tables["zl_st_pids"].set((pid,), (1,))
 
     def scan(self, pid_list: Iterable[int] | None = None) -> int:
         """Put uprobes on the OpenSSL libraries the processes of PID_LIST

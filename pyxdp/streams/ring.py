@@ -2,7 +2,7 @@
 """A BPF ring buffer read in place: the map's pages mapped into this
 process, its records walked with no call per record.
 
-bcc's reader calls back into Python through ctypes once per record, which
+A reader that calls back into Python once per record (bcc's did), which
 at tens of thousands of records a second was most of the observer's CPU.
 Here one read() walks every record the ring holds and hands them over as
 one list of (offset, length) pairs into one memoryview, then tells the

@@ -73,13 +73,12 @@ class Session:
         # DATA events behind the bytes already seen, dropped: none should come
         # (each direction's offsets are in order), so any is worth a report
         self.behind = 0
-        self._missed_table = probes_.bpf[b"zl_st_ends_missed"]
-        self._conns = probes_.bpf[b"zl_st_conns"]
-        self._conns_fd = self._conns.map_fd
-        self._ignored = probes_.bpf[b"zl_st_ignored"]
+        self._missed_table = probes_.tables["zl_st_ends_missed"]
+        self._conns = probes_.tables["zl_st_conns"]
+        self._ignored = probes_.tables["zl_st_ignored"]
         tracker.on_evicted = self._evicted
-        self.leftovers = Leftovers(probes_.bpf)
-        self.ring = Ring(probes_.bpf[b"zl_st_events"].map_fd, probes.RING_PAGES * mmap.PAGESIZE)
+        self.leftovers = Leftovers(probes_.tables)
+        self.ring = Ring(probes_.ring_fd, probes.RING_PAGES * mmap.PAGESIZE)
 
     def poll(self, interval_ms: int) -> None:
         """Read what the ring holds, then wait INTERVAL_MS: the program
@@ -131,11 +130,11 @@ class Session:
         zl_st_ends_missed), taken out, oldest first, as (time, connection,
         what its event said: off, aux, flags)."""
         table = self._missed_table
-        items = list(table.items())  # one system call when empty, the usual case
+        items = table.items()  # one system call when empty, the usual case
         for k, _ in items:
-            del table[k]
+            table.delete(k)
         self.ends_missed += len(items)
-        return sorted((v.ts, (k.tgid, k.tls, k.id), v.off, v.aux, v.flags) for k, v in items)
+        return sorted((ts, k, off, aux, flags) for k, (ts, off, aux, flags) in items)
 
     def _end_missed(self, missed: list, until: int | None) -> None:
         """The missed ends up to time UNTIL (all of them: None), in their
@@ -165,9 +164,9 @@ class Session:
         elif kind == EXIT:
             # what the kernel counted on its connections, before the leftovers go
             for held in {k[0] for k in self._next if k[0][0] == tgid}:
-                entry = self._conns.get(self._conns.Key(*held))
+                entry = self._conns.get(held)
                 if entry is not None:
-                    self._lost_at_end(held, entry.seq[0], entry.seq[1], ts)
+                    self._lost_at_end(held, entry[0], entry[1], ts)
             for key in [k for k in self._next if k[0][0] == tgid]:
                 del self._next[key]
             self.leftovers.exited(tgid)
@@ -177,10 +176,8 @@ class Session:
                 # The kernel tracks the child's key from its next call, counting
                 # from 0, unless a call of the child's came first and made the
                 # entry itself (then its CONN follows in the ring).
-                key = self._conns.Key(*child)
                 with contextlib.suppress(OSError):  # it exists, or the map is full
-                    bpfsys.map_update(self._conns_fd, bytes(key), bytes(self._conns.Leaf()),
-                                      bpfsys.BPF_NOEXIST)
+                    self._conns.set(child, (0, 0, 0), bpfsys.BPF_NOEXIST)
                     self._next[(child, 0)] = self._next[(child, 1)] = 0
 
     def _lost_at_end(self, conn: tuple, seen_in: int, seen_out: int, ts: int) -> None:
@@ -196,10 +193,10 @@ class Session:
         """The tracker evicted CONN: the kernel ignores it too until its fd
         closes, so its later bytes cost no copy and never come back as a
         stream joined mid-way."""
-        with contextlib.suppress(KeyError, OSError):
-            del self._conns[self._conns.Key(*conn)]
-        with contextlib.suppress(KeyError, OSError):
-            self._ignored[self._ignored.Key(*conn)] = self._ignored.Leaf(EVICTED)
+        with contextlib.suppress(OSError):
+            self._conns.delete(conn)
+        with contextlib.suppress(OSError):
+            self._ignored.set(conn, (EVICTED,))
         self._forget(conn)
 
     def _forget(self, conn) -> None:

@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Compile and load the C programs, and turn their failures into one line
-each: the token program with clang into a BPF object loaded by libbpf
-(pyxdp.xdp.objects, pyxdp.xdp.libbpf), the others with bcc.
+"""Build and load the C programs, and turn their failures into one line
+each: every program is built by clang into a BPF object with BTF, once
+(pyxdp.xdp.objects keeps it by what went in), and loaded by libbpf
+(pyxdp.xdp.libbpf); the tracing ones carry CO-RE relocations, which libbpf
+fits to the running kernel's BTF as it loads them.
 
 Every compile gets the constants the C shares with Python as -D
 definitions, made from the Python ones by shared_defines(): the C defines
 none of them itself, so the two cannot drift (docs/spec.md §7.2).
 
-bcc, clang and libbpf write diagnostics and verifier logs straight to file
+clang and libbpf write diagnostics and verifier logs straight to file
 descriptor 2. We point fd 2 at a log file while they run, keep that file when
 something fails, and name it in the one-line error.
 """
@@ -20,11 +22,9 @@ import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pyxdp.bpf import SOURCE_DIR
 from pyxdp.errors import ZerolayerError
-from pyxdp.kernel import bpfsys
 from pyxdp.proto import counters, ethernet, frames, judge
 from pyxdp.xdp import dispatcher, egress, libbpf, objects, parsers
 from pyxdp.xdp import maps as token_maps
@@ -101,33 +101,9 @@ def define_flags(defines: dict[str, int]) -> tuple[str, ...]:
     return tuple(f"-D{name}={value}" for name, value in defines.items())
 
 
-def compile_flags(extra: tuple[str, ...] = ()) -> list[str]:
-    """What bcc compiles every program with: the source directory on the
-    include path, the shared definitions and EXTRA -D definitions (a
-    program's own: the relay's and the generator's come from their modules,
-    above this one)."""
-    return [f"-I{source_dir()}", *define_flags(shared_defines()), *extra]
-
-
-def require_kernel_headers() -> None:
-    release = platform.release()
-    build = f"/lib/modules/{release}/build"
-    # Debian splits a headers tree: generated files under build, the rest
-    # (kconfig.h among them) under source.
-    if os.environ.get("BCC_KERNEL_SOURCE") or any(
-        os.path.exists(f"/lib/modules/{release}/{tree}/include/linux/kconfig.h")
-        for tree in ("build", "source")
-    ):
-        return
-    raise ZerolayerError(
-        f"no kernel headers for {release} in {build}: run `bash vagrant/provision.sh` "
-        "(it installs linux-headers and links them there)"
-    )
-
-
 @contextlib.contextmanager
 def _stderr_to(log_path: str):
-    """Send fd 2 (where bcc, clang and the verifier log write) to LOG_PATH."""
+    """Send fd 2 (where clang and the verifier log write) to LOG_PATH."""
     saved = os.dup(2)
     with open(log_path, "ab") as log:
         os.dup2(log.fileno(), 2)
@@ -138,42 +114,25 @@ def _stderr_to(log_path: str):
         os.close(saved)
 
 
-# bcc's diagnosis of a rejection that names a helper the kernel lacks.
-_MISSING = re.compile(r"HINT: (\w+) missing \(added in Linux ([\d.]+)\)")
-
-
-def _missing_helper(log_path: str) -> tuple[str, str] | None:
-    """(helper, first Linux version with it) when the verifier rejected a
-    program for calling a helper this kernel does not have."""
-    with open(log_path, errors="replace") as log:
-        found = _MISSING.search(log.read())
-    return (found.group(1), found.group(2)) if found else None
-
-
-def _first_error(log_path: str) -> str:
-    with open(log_path, errors="replace") as log:
-        lines = [ln.strip() for ln in log if ln.strip()]
-    for ln in lines:
-        if "error:" in ln:
-            return ln
-    return lines[-1] if lines else "no output"
-
-
 @dataclass
 class Loaded:
-    """A program bcc compiled and the kernel accepted. bcc keeps its fds
-    open until close() (or process exit): call it once the program is
-    attached or pinned, so a long-lived process does not pile them up."""
+    """Programs libbpf loaded from an object, and the maps kept: our fds
+    (and the links of the attached ones) until close(), which a long-lived
+    process calls once they are attached or pinned."""
 
-    bpf: Any  # bcc.BPF, which has no type information
     prog_fd: int
     prog_name: str
     map_fds: dict[str, int] = field(default_factory=dict)
     # every loaded function's fd, FUNCTION's and ALSO's
     prog_fds: dict[str, int] = field(default_factory=dict)
+    links: list = field(default_factory=list)  # libbpf.Link
 
     def close(self) -> None:
-        self.bpf.cleanup()
+        for link in self.links:
+            link.destroy()
+        for fd in (*self.prog_fds.values(), *self.map_fds.values()):
+            os.close(fd)
+        self.links, self.prog_fds, self.map_fds = [], {}, {}
 
 
 def token_flags(variant: str) -> tuple[str, ...]:
@@ -199,12 +158,24 @@ class TokenLoaded:
         self.map_fds = {}
 
 
+def program_object(source: str, flags: tuple[str, ...], log_path: str,
+                   directory: Path | None = None) -> bytes:
+    """The BPF object of SOURCE in DIRECTORY (bpf/, source_dir(), unless
+    told: a bench floor lives next to its user), built by clang with FLAGS
+    (-D definitions) and the machine's name (ZL_ARCH_<machine>, for a
+    uprobe's registers), bpf/ on the include path; cached by what went in
+    (pyxdp.xdp.objects). Compiler output goes to LOG_PATH."""
+    src = source_dir()
+    where = directory or src
+    cflags = [f"-I{where}", f"-I{src}", f"-I{src / CLANG_INCLUDE}",
+              f"-DZL_ARCH_{platform.machine()}", *flags]
+    return objects.build(where, source, list(dict.fromkeys(cflags)), log_path)
+
+
 def token_object(variant: str, log_path: str) -> bytes:
     """The token program's BPF object, built as VARIANT (cached)."""
-    src = source_dir()
-    flags = [f"-I{src}", f"-I{src / CLANG_INCLUDE}", *define_flags(shared_defines()),
-             *token_flags(variant)]
-    return objects.build(src, TOKEN_SOURCE, flags, log_path)
+    return program_object(TOKEN_SOURCE, (*define_flags(shared_defines()), *token_flags(variant)),
+                          log_path)
 
 
 @contextlib.contextmanager
@@ -290,57 +261,65 @@ def make_token_maps(pin_dir: str) -> dict[str, int]:
 
 
 def load(source: str, function: str, *, directory: Path | None = None,
-         maps: dict[str, str] | None = None,
-         prog_type: int = bpfsys.BPF_PROG_TYPE_XDP, also: tuple[str, ...] = (),
-         cflags: tuple[str, ...] = ()) -> Loaded:
-    """Compile SOURCE in DIRECTORY (bpf/, source_dir(), unless told: a
-    program outside the product, such as a bench floor, lives next to its
-    user) and load FUNCTION, and the functions in ALSO, as programs of
-    PROG_TYPE (XDP unless told). bpf/ stays on the include path either way.
-    MAPS: the fds to keep, of map variables by the names to keep them by.
-    CFLAGS are extra -D definitions, besides compile_flags()'s."""
-    require_kernel_headers()
-    try:
-        from bcc import BPF
-    except ImportError:
-        raise ZerolayerError(
-            "bcc is not importable: install python3-bpfcc and use a venv made with "
-            "--system-site-packages (vagrant/provision.sh does both)"
-        ) from None
+         maps: dict[str, str] | None = None, also: tuple[str, ...] = (),
+         cflags: tuple[str, ...] = (), reuse: dict[str, int] | None = None,
+         sizes: dict[str, int] | None = None, rodata: bytes | None = None,
+         attach: bool = False) -> Loaded:
+    """SOURCE's object (program_object(): in DIRECTORY, with the shared
+    definitions and the extra -D definitions CFLAGS), loaded by libbpf with
+    FUNCTION and the programs in ALSO, each of the kind its section names.
+    REUSE: map variables to use the given fds for (libbpf dups them);
+    SIZES: map variables' sizes for this load; RODATA: the object's
+    `const volatile` data. ATTACH: the tracepoint programs attached where
+    their sections say. MAPS: the fds to keep, of map variables by the names
+    to keep them by."""
+    flags = (*define_flags(shared_defines()), *cflags)
+    with logged(f"zerolayer-{Path(source).stem}-") as log_path:
+        obj = libbpf.BpfObject(program_object(source, flags, log_path, directory), source)
+        loaded = Loaded(-1, function)
+        try:
+            for var, fd in (reuse or {}).items():
+                obj.reuse_map(var, fd)
+            for var, entries in (sizes or {}).items():
+                obj.set_max_entries(var, entries)
+            if rodata is not None:
+                obj.set_rodata(rodata)
+            wanted = (function, *also)
+            obj.load(only=wanted)
+            loaded.prog_fds = {name: obj.program_fd(name) for name in wanted}
+            loaded.prog_fd = loaded.prog_fds[function]
+            loaded.map_fds = {pin: obj.map_fd(var) for pin, var in (maps or {}).items()}
+            if attach:
+                for name in wanted:
+                    if obj.programs()[name].startswith(("tracepoint/", "raw_tracepoint/")):
+                        loaded.links.append(obj.attach(name))
+        except OSError as exc:
+            loaded.close()
+            raise _load_failed(function, exc, log_path) from None
+        except BaseException:
+            loaded.close()
+            raise
+        finally:
+            obj.close()  # what we keep, we hold by our own fds and links
+    return loaded
 
-    src = directory or source_dir()
-    flags = compile_flags(cflags)
-    fd, log_path = tempfile.mkstemp(prefix="zerolayer-bcc-", suffix=".log")
-    os.close(fd)
-    keep_log = True
-    try:
-        with _stderr_to(log_path):
-            try:
-                program = BPF(src_file=str(src / source).encode(), cflags=flags)
-            except Exception:
-                raise ZerolayerError(
-                    f"compiling {source} failed: {_first_error(log_path)} (full log: {log_path})"
-                ) from None
-            prog_fds = {}
-            for name in (function, *also):
-                try:
-                    prog_fds[name] = program.load_func(name.encode(), prog_type).fd
-                except Exception as exc:
-                    program.cleanup()  # its maps and BTF, which nothing else will close
-                    missing = _missing_helper(log_path)
-                    if missing:
-                        raise ZerolayerError(
-                            f"{name} needs the BPF helper {missing[0]}, which this kernel "
-                            f"({platform.release()}) lacks: it needs Linux {missing[1]} or "
-                            f"newer (verifier log: {log_path})"
-                        ) from None
-                    raise ZerolayerError(
-                        f"the kernel verifier rejected {name} ({exc}); "
-                        f"verifier log: {log_path}"
-                    ) from None
-        keep_log = False
-        fds = {pin: program[var.encode()].map_fd for pin, var in (maps or {}).items()}
-        return Loaded(program, prog_fds[function], function, fds, prog_fds)
-    finally:
-        if not keep_log:
-            os.unlink(log_path)
+
+# Helpers newer than the oldest kernel checked (5.10) that a program calls,
+# by number (enum bpf_func_id): the first Linux that has each.
+HELPERS_SINCE = {188: ("bpf_xdp_get_buff_len", "5.18"), 189: ("bpf_xdp_load_bytes", "5.18"),
+                 190: ("bpf_xdp_store_bytes", "5.18")}
+# The verifier's words for a helper it does not know.
+_UNKNOWN_FUNC = re.compile(r"(?:invalid|unknown) func \w*#(\d+)")
+
+
+def _load_failed(name: str, exc: OSError, log_path: str) -> ZerolayerError:
+    """One line for a load that failed: a helper this kernel lacks, the
+    verifier's refusal, or what else went wrong."""
+    with open(log_path, errors="replace") as log:
+        unknown = _UNKNOWN_FUNC.search(log.read())
+    if unknown and int(unknown.group(1)) in HELPERS_SINCE:
+        helper, since = HELPERS_SINCE[int(unknown.group(1))]
+        return ZerolayerError(
+            f"{name} needs the BPF helper {helper}, which this kernel ({platform.release()}) "
+            f"lacks: it needs Linux {since} or newer (verifier log: {log_path})")
+    return load_error(name, exc, log_path)

@@ -5,7 +5,7 @@ libbpf1 is already installed with libxdp1 (which links it). An object is
 opened from bytes zerolayer read itself (pyxdp.xdp.objects checked the
 file), so libbpf never opens a path. Maps are either reused (an fd given,
 or a pin path that exists) or made, and pinned at their pin path, before
-any program of the object loads: the same order bcc's pinned tables had.
+any program of the object loads.
 libbpf writes its diagnostics and the verifier's log to fd 2; the caller
 points fd 2 at a log file while it loads (pyxdp.xdp.compiler).
 """
@@ -43,6 +43,11 @@ class _Lib:
         self.set_autoload = bind("bpf_program__set_autoload", ctypes.c_int, _P, ctypes.c_bool)
         self.set_initial_value = bind("bpf_map__set_initial_value", ctypes.c_int, _P,
                                       ctypes.c_char_p, ctypes.c_size_t)
+        self.set_max_entries = bind("bpf_map__set_max_entries", ctypes.c_int, _P, ctypes.c_uint32)
+        self.program_name = bind("bpf_program__name", ctypes.c_char_p, _P)
+        self.section_name = bind("bpf_program__section_name", ctypes.c_char_p, _P)
+        self.attach = bind("bpf_program__attach", _P, _P)
+        self.link_destroy = bind("bpf_link__destroy", ctypes.c_int, _P)
 
 
 @functools.cache
@@ -92,14 +97,41 @@ class BpfObject:
         rc = lib().set_initial_value(self._map(".rodata"), value, len(value))
         _check(rc, f"the read-only data of {self.name} ({len(value)} bytes)")
 
-    def load(self, programs: bool = True) -> None:
+    def set_max_entries(self, name: str, entries: int) -> None:
+        """Map NAME's size, before load (its C definition's otherwise)."""
+        _check(lib().set_max_entries(self._map(name), entries), f"the size of {name}")
+
+    def programs(self) -> dict[str, str]:
+        """Every program's section (its kind, and where libbpf attaches it),
+        by its name."""
+        found = {}
+        prog = lib().next_program(self._obj, None)
+        while prog:
+            found[lib().program_name(prog).decode()] = lib().section_name(prog).decode()
+            prog = lib().next_program(self._obj, prog)
+        return found
+
+    def attach(self, name: str) -> "Link":
+        """Program NAME attached where its section says (a tracepoint's,
+        a raw tracepoint's): OSError when the kernel refuses."""
+        prog = lib().find_program(self._obj, name.encode())
+        if not prog:
+            raise ZerolayerError(f"the BPF object {self.name} has no program {name}")
+        link = lib().attach(prog)
+        if not link:
+            err = ctypes.get_errno() or errno.EINVAL
+            raise OSError(err, f"attaching {name}: {os.strerror(err)}")
+        return Link(link)
+
+    def load(self, programs: bool = True, only: tuple[str, ...] | None = None) -> None:
         """Make (or reuse) the maps and load every program (none, unless
-        PROGRAMS): raises OSError."""
+        PROGRAMS; those named in ONLY, when given): raises OSError."""
         bpfsys.lift_memlock()  # libbpf would only where it finds no memcg accounting
-        if not programs:
+        if not programs or only is not None:
             prog = lib().next_program(self._obj, None)
             while prog:
-                _check(lib().set_autoload(prog, False), "leaving a program unloaded")
+                if not programs or lib().program_name(prog).decode() not in (only or ()):
+                    _check(lib().set_autoload(prog, False), "leaving a program unloaded")
                 prog = lib().next_program(self._obj, prog)
         _check(lib().load(self._obj), f"loading {self.name}")
 
@@ -118,3 +150,16 @@ class BpfObject:
         if self._obj:
             lib().close(self._obj)
             self._obj = None
+
+
+class Link:
+    """A program's attachment, held by libbpf: destroy() detaches it (and
+    the process's end does, however it ends)."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def destroy(self) -> None:
+        if self._handle:
+            lib().link_destroy(self._handle)
+            self._handle = None

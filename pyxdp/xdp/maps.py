@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """zerolayer's maps, opened from pins (a fresh process) or from fds (a
-program bcc just loaded), with typed access.
+program libbpf just loaded), with typed access.
 
 The layouts below are the Python side of bpf/zl_structs.h, checked against
 the C by tests/test_layouts.py; the constants are the C's (the loader

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """XDP attachment through rtnetlink (pyroute2): query, attach, replace, detach.
 
-bcc's attach_xdp cannot do XDP_FLAGS_REPLACE. Netlink can: with
+Why netlink, not a loader's attach call: XDP_FLAGS_REPLACE. With
 IFLA_XDP_EXPECTED_FD the kernel swaps programs only if the one attached is the
 one we name, in one step, so an upgrade never leaves the interface without a
 program and never clobbers a program someone else attached meanwhile.

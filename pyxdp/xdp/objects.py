@@ -1,13 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""zerolayer's XDP program as a BPF object built by clang, cached by what
-went into it.
+"""Every BPF program as an object built by clang, cached by what went into
+it: the one way a program is built (pyxdp.xdp.compiler.program_object).
 
-libxdp's dispatcher and XDP multi-buffer need an ELF object with BTF, which
-bcc cannot produce, so the token program is built with `clang -target bpf
--g`. The object depends on the C sources, the -D values (made from the
-Python definitions, as for bcc), not on the running kernel: the XDP context
-needs no CO-RE. So it is built once, on first use, and kept in
-/var/cache/zerolayer/bpf under the SHA-256 of both, so that clang is needed
+An object is an ELF file with BTF (`clang -target bpf -g`), which libbpf
+loads, libxdp's dispatcher runs, and CO-RE relocations fit to the running
+kernel (the stream observer's kernel struct reads). It depends on the C
+sources and the -D values (made from the Python definitions), not on the
+running kernel: what a run sets is set at load. So it is built once, on
+first use, and kept in /var/cache/zerolayer/bpf under the SHA-256 of both, so that clang is needed
 only to build (not by a service whose PATH lacks it); the cache is
 root's alone (each directory checked, the file opened without following a
 link and checked to be root's), and a file is written under a temporary
@@ -20,14 +20,17 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from pathlib import Path
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import root_dirs
 
 CACHE = root_dirs.Tree("/var/cache/zerolayer")
 CACHE_DIR = "bpf"
-# Objects kept: one per parser variant and build in use, a few upgrades back.
-KEEP = 8
+# Objects kept: one per program and build in use (the parser's variants,
+# the relay's windows, the observer, the generator, the bench's floors), a
+# few upgrades back.
+KEEP = 32
 
 _CLANG = "/usr/bin/clang"
 # Debian puts the multiarch asm/ headers that linux/bpf.h includes here.
@@ -48,10 +51,19 @@ def _clang() -> str:
 
 
 def _key(source_dir, source: str, flags: list[str]) -> str:
+    """What went in: the flags, and every C file of SOURCE_DIR and of the
+    include directories the flags name (under them too), by name and
+    content, not by where they are: the same sources installed elsewhere
+    (another venv, a VM's) make the same key."""
     digest = hashlib.sha256()
-    digest.update("\0".join(flags).encode())
-    for path in sorted(source_dir.glob("*.[ch]")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update("\0".join(f for f in flags if not f.startswith("-I")).encode())
+    dirs = dict.fromkeys([Path(source_dir), *(Path(f[2:]) for f in flags if f.startswith("-I"))])
+    for directory in dirs:
+        if str(directory) == _MULTIARCH_INCLUDE:
+            continue
+        digest.update(b"\1")
+        for path in sorted(directory.rglob("*.[ch]")):
+            digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(source.encode())
     return digest.hexdigest()
 

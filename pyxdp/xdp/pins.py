@@ -26,7 +26,7 @@ MAPS = ("counters", "config", "ports", "xsks", "xsks_sg", "flows", "gaps", "egre
 
 
 def _check_name(kind: str, name: str) -> str:
-    # The path becomes a C string literal for bcc: no quotes or backslashes.
+    # Kept plain (no quotes or backslashes): a pin path is printed and logged.
     # The kernel refuses ':' in an interface name, and the tree gives it to ns: dirs.
     bad = '/"\\\0' + (":" if kind == "interface" else "")
     if not name or name in (".", "..") or any(c in name for c in bad):
@@ -50,7 +50,7 @@ def pin_dir(ifname: str, netns: str | None = None) -> str:
 
 def ensure_pin_dir(ifname: str, netns: str | None = None) -> str:
     """IFNAME's pin dir, made (0700) where missing, each directory of it
-    checked to be root's: bcc and BPF_OBJ_PIN may then pin by path."""
+    checked to be root's: libbpf and BPF_OBJ_PIN may then pin by path."""
     return TREE.ensure(*tree_parts(ifname, netns))
 
 

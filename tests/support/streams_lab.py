@@ -141,8 +141,8 @@ class Observer:
                          threading.Thread(target=self._read_err, daemon=True)]
         for t in self._threads:
             t.start()
-        # bcc compiles streams.c at start: 7 s here, over 60 s in the VM rig's
-        # TCG guests (issue 44's CO-RE object ends the compile).
+        # The object is built once (cached), then loaded: a second or two
+        # here, longer in the VM rig's TCG guests, longest on a first build.
         if not self._ready.wait(START_TIMEOUT_S):
             self.close()
             raise AssertionError(f"zerolayer streams did not start: {self.stderr}")
@@ -250,8 +250,8 @@ TRACEFS = "/sys/kernel/tracing"
 
 def held_probes(pid: int) -> tuple[set[int], int]:
     """The BPF programs (their ids) and perf events (each a tracepoint or
-    uprobe attachment: bcc opens them through perf_event_open, so they are
-    not in tracefs's uprobe_events) that process PID holds."""
+    uprobe attachment: libbpf and pyxdp.kernel.uprobe open them through
+    perf_event_open, so they are not in tracefs's uprobe_events) that process PID holds."""
     progs, perf = set(), 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(OSError):
@@ -273,6 +273,18 @@ def prog_exists(prog_id: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def programs_left(prog_ids, within_s: float = 5.0) -> list[int]:
+    """Those of PROG_IDS the kernel still has after WITHIN_S: it frees a
+    program a grace period after its last reference goes (a tracepoint's
+    perf link is released through RCU), not at once at the holder's exit."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [p for p in prog_ids if prog_exists(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 class Client:

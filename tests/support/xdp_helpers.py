@@ -43,17 +43,19 @@ def zerolayer_prog_id(lab, ifname=None) -> int | None:
 
 
 def load_foreign(tmp_path):
-    """Another tool's XDP program: it passes everything and is named so."""
+    """Another tool's XDP program: it passes everything and is named so.
+    Returns what holds it (close() it) and its fd."""
+    from pyxdp.xdp import compiler
+
     src = tmp_path / "bpf"
     src.mkdir(exist_ok=True)
     (src / FOREIGN_C).write_text(
-        "#include <uapi/linux/bpf.h>\n"
-        "int foreign_xdp(struct xdp_md *ctx) { return XDP_PASS; }\n"
+        '#include "zl_object.h"\n'
+        'char _license[] SEC("license") = "GPL";\n'
+        'SEC("xdp") int foreign_xdp(struct xdp_md *ctx) { return XDP_PASS; }\n'
     )
-    from bcc import BPF
-
-    bpf = BPF(src_file=str(src / FOREIGN_C).encode())
-    return bpf, bpf.load_func(b"foreign_xdp", BPF.XDP).fd
+    loaded = compiler.load(FOREIGN_C, "foreign_xdp", directory=src)
+    return loaded, loaded.prog_fd
 
 
 def one_line_error(proc) -> str:

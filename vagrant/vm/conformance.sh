@@ -17,7 +17,7 @@ mkdir -p "$(dirname "$REPORT")"
 # What the report (and so the kernel table) says the suite ran on.
 version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed 's/[-+~].*//' || echo "?"; }
 export ZEROLAYER_CAPABILITIES="$REPORT" ZEROLAYER_SELECTION="$SELECTION"
-ZEROLAYER_SYSTEM="Debian $(cat /etc/debian_version 2>/dev/null || echo "?"), Python $(/usr/bin/python3 -c 'import platform; print(platform.python_version())'), bcc $(version python3-bpfcc), libxdp $(version libxdp1)"
+ZEROLAYER_SYSTEM="Debian $(cat /etc/debian_version 2>/dev/null || echo "?"), Python $(/usr/bin/python3 -c 'import platform; print(platform.python_version())'), clang $(version clang), libbpf $(version libbpf1), libxdp $(version libxdp1)"
 export ZEROLAYER_SYSTEM
 echo "conformance: kernel $(uname -r), $ZEROLAYER_SYSTEM, $SELECTION selection, differential cases ${ZEROLAYER_DIFFERENTIAL_CASES:-20000}"
 tainted="$(cat /proc/sys/kernel/tainted)"

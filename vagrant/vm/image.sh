@@ -9,8 +9,8 @@
 # and which suite's kernel the image gets.
 # The directory holds rootfs.ext4, vmlinuz, initrd.img and kernel-release.
 # run.sh boots it with -snapshot, so the cached image is never modified.
-# Everything the project needs (provision.sh's apt packages, kernel headers
-# for bcc, the venv with the Python dependencies) is baked in, so provisioning
+# Everything the project needs (provision.sh's apt packages, the venv with
+# the Python dependencies) is baked in, so provisioning
 # inside the guest only has to pip-install the project itself.
 set -euo pipefail
 # shellcheck source=vagrant/vm/lib.sh
@@ -22,7 +22,7 @@ if [ "${1:-}" = --key ]; then KEY_ONLY=1; shift; fi
 KERNEL="${1:-}"
 [ -n "$KERNEL" ] || usage
 kernel_row "$KERNEL" || usage
-# SUITE: the userspace (bcc, Python, libxdp); KSUITE: where the kernel comes from.
+# SUITE: the userspace (Python, clang, libbpf, libxdp); KSUITE: where the kernel comes from.
 SUITE="$KERNEL_SUITE" KSUITE="$KERNEL_KSUITE"
 [ -n "$KEY_ONLY" ] || need_root "debootstrap and chroot need it"
 
@@ -64,7 +64,7 @@ read -r -a PROJECT_PKGS <<<"$(sed -n 's/^PACKAGES=(\(.*\))$/\1/p' "$ZL_REPO/vagr
 # Its best-effort ones too (the bench's C consumer): the guest has no network,
 # so what the image lacks, provision.sh cannot add there.
 read -r -a BENCH_DEV_PKGS <<<"$(sed -n 's/^BENCH_DEV_PACKAGES=(\(.*\))$/\1/p' "$ZL_REPO/vagrant/provision.sh")"
-EXTRA_PKGS=(initramfs-tools kmod util-linux iproute2 python3 python3-venv python3-bpfcc
+EXTRA_PKGS=(initramfs-tools kmod util-linux iproute2 python3 python3-venv
             ca-certificates procps iputils-ping socat haproxy gcc libc6-dev tmux)
 # Only the dependency lists of pyproject.toml matter: a change elsewhere in it
 # (version, package data) must not cost a 15-minute rebuild.
@@ -159,10 +159,8 @@ case "$KSUITE" in
     *)
         # An older release's kernel in this userspace. Pinned low, so an old
         # package comes in only when the userspace's release has no package
-        # of that name: the kernel's own packages, its linux-kbuild, and its
-        # gcc with the runtime libraries (the headers' linux-compiler-gcc-N-x86
-        # wants it). Only the two metapackages are pinned up, so an apt
-        # upgrade keeps the kernel. No -t: a default release would outrank
+        # of that name: the kernel's own packages. Only its metapackage is
+        # pinned up, so an apt upgrade keeps the kernel. No -t: a default release would outrank
         # the low pin.
         {
             echo "deb $MIRROR $KSUITE main"
@@ -170,7 +168,7 @@ case "$KSUITE" in
         } >"$ROOT/etc/apt/sources.list.d/$KSUITE.list"
         for suite in "$KSUITE" "$KSUITE-security"; do
             printf 'Package: *\nPin: release n=%s\nPin-Priority: 100\n\n' "$suite"
-            printf 'Package: linux-image-amd64 linux-headers-amd64\nPin: release n=%s\nPin-Priority: 990\n\n' "$suite"
+            printf 'Package: linux-image-amd64\nPin: release n=%s\nPin-Priority: 990\n\n' "$suite"
         done >"$ROOT/etc/apt/preferences.d/$KSUITE"
         KTARGET=() ;;
 esac
@@ -179,9 +177,9 @@ esac
     [ -z "$SECURITY" ] || echo "deb $SECURITY $SUITE-security main"
 } >"$ROOT/etc/apt/sources.list.d/updates.list"
 inroot apt-get update -q >&2
-# The kernel and its headers from the same suite, so their versions match.
-inroot apt-get install -y -q --no-install-recommends "${KTARGET[@]}" \
-    linux-image-amd64 linux-headers-amd64 >&2
+# The kernel alone: the programs are CO-RE objects, fitted to its BTF as
+# they load, so no headers tree is needed.
+inroot apt-get install -y -q --no-install-recommends "${KTARGET[@]}" linux-image-amd64 >&2
 inroot apt-get install -y -q --no-install-recommends \
     "${EXTRA_PKGS[@]}" "${PROJECT_PKGS[@]}" >&2
 [ ${#BENCH_DEV_PKGS[@]} -eq 0 ] || inroot apt-get install -y -q --no-install-recommends "${BENCH_DEV_PKGS[@]}" >&2 \
@@ -195,15 +193,9 @@ NEWEST="$(printf '%s\n' "$KINDEX" | awk '{ gsub(",", "\n", $3); print $3 }' | gr
 [ "$KVER" = "$NEWEST" ] || die "installed linux-image-amd64 $KVER, but the newest in the archive's index is $NEWEST"
 # A backports kernel moves on: then its name in vagrant/vm/kernels must follow.
 case "$KREL" in "$KERNEL".*) ;; *) die "wanted kernel $KERNEL, got $KREL from $KSUITE: rename the kernel in vagrant/vm/kernels" ;; esac
-# bcc compiles against /lib/modules/<release>/build, and Debian splits the tree
-# (kconfig.h lives under source). The headers package makes both links
-# (absolute, so test them from inside); this only proves they resolve.
-inroot test -e "/lib/modules/$KREL/build/Makefile" || die "/lib/modules/$KREL/build is not a headers tree"
-inroot test -e "/lib/modules/$KREL/source/include/linux/kconfig.h" \
-    || die "/lib/modules/$KREL/source is not a headers tree"
 case "$KSUITE" in "$SUITE"|"$SUITE-backports") ;; *)
     # For the build log: what the userspace's release could not have supplied. It should be
-    # only the kernel's packages and gcc-10's. apt-cache policy lists the
+    # only the kernel's packages. apt-cache policy lists the
     # suites the installed version (***) is in; some are in both, unchanged.
     mapfile -t installed < <(inroot dpkg-query -W -f='${Package}\n')
     from_old="$(inroot apt-cache policy "${installed[@]}" |
@@ -234,7 +226,7 @@ tar -C "$ZL_REPO" --exclude=.git --exclude=build --exclude='*.egg-info' \
 inroot /opt/zerolayer/venv/bin/pip install --quiet --disable-pip-version-check --no-cache-dir \
     'setuptools>=64' wheel '/tmp/src[test]' >&2
 inroot /opt/zerolayer/venv/bin/pip uninstall --quiet --yes zerolayer >&2
-inroot /opt/zerolayer/venv/bin/python -c 'import bcc, pyroute2, scapy, click, pytest' \
+inroot /opt/zerolayer/venv/bin/python -c 'import pyroute2, scapy, click, pytest' \
     || die "the venv cannot import the project's dependencies"
 rm -rf "$ROOT/tmp/src"
 phase venv

@@ -37,7 +37,7 @@ class _Consumer(Worker):
     """The consumer process (consumer.worker_main), pinned to CPU."""
 
     def __init__(self, cpu: int | None):
-        # spawn: no fork of a process holding bcc
+        # spawn: no fork of a process holding BPF objects
         super().__init__(multiprocessing.get_context("spawn"), consumer.worker_main, cpu)
 
     def answer(self, path: str, timeout: float) -> dict:

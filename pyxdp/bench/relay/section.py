@@ -204,7 +204,7 @@ def measure(plan: Plan = FULL, progress: Callable[[str], None] = lambda line: No
     from pyxdp.relay.datapath import RelayDataPath
     from pyxdp.relay.sockmap_relay import Relay, serve_in_thread
 
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding bcc and threads
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding BPF objects and threads
     workers: dict[str, Worker] = {}
     peers: dict[str, relay_peers.Peer] = {}
     runs: list[dict] = []

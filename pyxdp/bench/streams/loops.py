@@ -109,12 +109,10 @@ class BareProbes:
 
     def __init__(self, pid: int):
         from pyxdp.kernel import uprobe
-        from pyxdp.streams.probes import BPF_PROG_TYPE_KPROBE
         from pyxdp.xdp import compiler
 
         self._loaded = compiler.load("uprobe_hit.c", "zl_bench_hit",
-                                     directory=Path(__file__).parent,
-                                     prog_type=BPF_PROG_TYPE_KPROBE)
+                                     directory=Path(__file__).parent, maps={"hits": "zl_hits"})
         self._perf_fds: list[int] = []
         try:
             opened, offsets = libssl_of(pid)
@@ -131,8 +129,10 @@ class BareProbes:
             raise
 
     def hits(self) -> int:
-        table = self._loaded.bpf[b"zl_hits"]
-        return int(table[table.Key(0)].value)
+        from pyxdp.kernel.bpf_table import Table
+
+        hits = Table(self._loaded.map_fds["hits"], "=I", "=Q").get((0,))
+        return hits[0] if hits else 0  # an array's entry is always there
 
     def close(self) -> None:
         for fd in self._perf_fds:  # each uprobe goes with its perf event
@@ -142,16 +142,17 @@ class BareProbes:
 
 
 class BareTracepoints:
-    """tracepoint_floor.c on the observer's tracepoints (bcc attaches them
-    as it loads); a context manager, detaching them all on leaving."""
+    """tracepoint_floor.c on the observer's tracepoints (attached as it
+    loads); a context manager, detaching them all on leaving."""
 
     def __enter__(self) -> "BareTracepoints":
-        from pyxdp.kernel.bpfsys import BPF_PROG_TYPE_TRACEPOINT
+        from pyxdp.streams.probes import SYSCALLS
         from pyxdp.xdp import compiler
 
-        self._loaded = compiler.load("tracepoint_floor.c", "tracepoint__syscalls__sys_enter_read",
-                                     directory=Path(__file__).parent,
-                                     prog_type=BPF_PROG_TYPE_TRACEPOINT)
+        names = [f"zl_bare_sys_{edge}_{call}" for call in SYSCALLS for edge in ("enter", "exit")]
+        names += ["zl_bare_sys_enter_close", "zl_bare_sched_process_exit"]
+        self._loaded = compiler.load("tracepoint_floor.c", names[0], also=tuple(names[1:]),
+                                     directory=Path(__file__).parent, attach=True)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -260,7 +260,7 @@ def _intruders(own: int | None, where: str) -> list[str]:
 
 
 def measure(plan: Plan, progress: Progress) -> dict:
-    """Measure as PLAN says (module doc). Needs root and bcc."""
+    """Measure as PLAN says (module doc). Needs root."""
     import multiprocessing
 
     from pyxdp.bench.streams import loops, sse_load
@@ -268,7 +268,7 @@ def measure(plan: Plan, progress: Progress) -> dict:
     from pyxdp.bench.worker import Worker
     from pyxdp.streams import probes
 
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding bcc
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding BPF objects
     workdir = tempfile.mkdtemp(prefix="zerolayer-bench-streams-")  # mode 0700
     workers: dict = {}
     runs: list[dict] = []

@@ -5,13 +5,13 @@
  * the two lists equal). A syscall tracepoint, once anything is attached,
  * sends every system call of every process through the kernel's slow path;
  * what the observer costs beyond this is its own work. */
-// clang-format off: bcc makes these tokens the license string the kernel gets
-#define BPF_LICENSE Dual BSD/GPL
-// clang-format on
-#include <uapi/linux/bpf.h>
+#include "zl_object.h"
+
+char _license[] SEC("license") = "Dual BSD/GPL";
 
 #define ZL_BARE(category, event)                                                                   \
-	TRACEPOINT_PROBE(category, event)                                                          \
+	SEC("tracepoint/" #category "/" #event)                                                    \
+	int zl_bare_##event(void *ctx)                                                             \
 	{                                                                                          \
 		return 0;                                                                          \
 	}

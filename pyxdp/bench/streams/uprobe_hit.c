@@ -4,18 +4,22 @@
  * counts its runs, placed on entry and return of the OpenSSL functions the
  * observer probes, in one process. What the observer's own programs add
  * beyond this is theirs. */
-// clang-format off: bcc makes these tokens the license string the kernel gets
-#define BPF_LICENSE Dual BSD/GPL
-// clang-format on
-#include <uapi/linux/bpf.h>
-#include <uapi/linux/ptrace.h>
+#include "zl_object.h"
 
-BPF_ARRAY(zl_hits, __u64, 1);
+char _license[] SEC("license") = "Dual BSD/GPL";
 
-int zl_bench_hit(struct pt_regs *ctx)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} zl_hits SEC(".maps");
+
+SEC("uprobe")
+int zl_bench_hit(void *ctx)
 {
 	__u32 zero = 0;
-	__u64 *n = zl_hits.lookup(&zero);
+	__u64 *n = bpf_map_lookup_elem(&zl_hits, &zero);
 
 	if (n)
 		__sync_fetch_and_add(n, 1);
