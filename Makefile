@@ -11,8 +11,7 @@
 #   make man      the man pages from docs/commands/, into MANDIR
 #
 # unit and lint need no root and no apt: pip installs the package (editable)
-# and its test and lint extras from PyPI into VENV. bcc is not among them
-# (Debian's python3-bpfcc only), and no test that runs there needs it.
+# and its test and lint extras from PyPI into VENV.
 # Variables: VENV (.venv), PYTEST_ARGS, KERNELS (CI's: those
 # vagrant/vm/kernels marks ci),
 # MATRIX_ARGS (--smoke KERNELS), MANDIR (build/man).
