@@ -290,8 +290,9 @@ def load(source: str, function: str, *, directory: Path | None = None,
             loaded.prog_fd = loaded.prog_fds[function]
             loaded.map_fds = {pin: obj.map_fd(var) for pin, var in (maps or {}).items()}
             if attach:
+                sections = obj.programs()
                 for name in wanted:
-                    if obj.programs()[name].startswith(("tracepoint/", "raw_tracepoint/")):
+                    if sections[name].startswith(("tracepoint/", "raw_tracepoint/")):
                         loaded.links.append(obj.attach(name))
         except OSError as exc:
             loaded.close()
