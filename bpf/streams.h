@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* What streams.c sends to userspace through its ring buffer: one struct per
+/* What streams.bpf.c sends to userspace through its ring buffer: one struct per
  * event. pyxdp/streams/probes.py has it field by field as EVENT (change both
  * together; tests/test_streams_probes.py compares them).
  *
@@ -11,7 +11,7 @@
  *                      still hold (a forked process, a dup, a passed fd)
  *   ZL_ST_EXIT_KEY, ZL_ST_FORK_KEY
  *                      the tls field of a process exit's and a fork's key
- *                      in zl_st_ends_missed (streams.c)
+ *                      in zl_st_ends_missed (streams.bpf.c)
  */
 #ifndef ZL_ST_STREAMS_H
 #define ZL_ST_STREAMS_H

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* The kernel structs bpf/streams.c reads, declared with only the fields it
+/* The kernel structs bpf/streams.bpf.c reads, declared with only the fields it
  * reads, for CO-RE: clang records each access by field name in the
  * object's BTF, and libbpf moves it to where the running kernel's BTF
  * (/sys/kernel/btf/vmlinux) has that field. So one object, built once,

@@ -31,17 +31,17 @@ static __s64 (*const bpf_csum_diff)(__be32 *from, __u32 from_size, __be32 *to,
 static long (*const bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
 static long (*const bpf_fib_lookup)(void *ctx, struct bpf_fib_lookup *params, int plen,
 				    __u32 flags) = (void *)69;
-/* the generator's (bpf/xdp_tx.c) */
+/* the generator's (bpf/xdp_tx.bpf.c) */
 static long (*const bpf_xdp_adjust_tail)(struct xdp_md *xdp_md, int delta) = (void *)65;
 static long (*const bpf_xdp_store_bytes)(struct xdp_md *xdp_md, __u32 offset, void *buf,
 					 __u32 len) = (void *)190;
-/* the relay's (bpf/sk_relay.c) */
+/* the relay's (bpf/sk_relay.bpf.c) */
 static long (*const bpf_skb_load_bytes)(const void *skb, __u32 offset, void *to,
 					__u32 len) = (void *)26;
 static __u64 (*const bpf_get_socket_cookie)(void *ctx) = (void *)46;
 static long (*const bpf_sk_redirect_hash)(struct __sk_buff *skb, void *map, void *key,
 					  __u64 flags) = (void *)72;
-/* the tracing programs' (bpf/streams.c, the bench's floors) */
+/* the tracing programs' (bpf/streams.bpf.c, the bench's floors) */
 static long (*const bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static __u64 (*const bpf_get_current_pid_tgid)(void) = (void *)14;
 static __u64 (*const bpf_get_current_uid_gid)(void) = (void *)15;

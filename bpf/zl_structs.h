@@ -53,7 +53,7 @@ struct zl_counters {
 struct zl_config {
 	__u32 on_malformed; /* ZL_MALFORMED_DROP or ZL_MALFORMED_PASS */
 	/* ZL_CONFIG_* bits; from bit ZL_CONFIG_GENERATION_SHIFT up, the
-	 * generation of the program that acts (xdp_token.c) */
+	 * generation of the program that acts (xdp_token.bpf.c) */
 	__u32 flags;
 };
 

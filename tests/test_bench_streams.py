@@ -108,7 +108,7 @@ def _tracepoints(source: str, flags: tuple[str, ...] = (), directory: Path | Non
 
 def test_the_floor_takes_the_observers_tracepoints():
     observer = _tracepoints(stream_probes.SOURCE, stream_probes.build_flags())
-    floor = _tracepoints("tracepoint_floor.c", directory=Path(streams_bench.__file__).parent)
+    floor = _tracepoints("tracepoint_floor.bpf.c", directory=Path(streams_bench.__file__).parent)
     assert len(observer) >= 18 and floor == observer
 
 

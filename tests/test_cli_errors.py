@@ -55,7 +55,8 @@ def test_no_program_needs_kernel_headers(lab):
     """Every program is a CO-RE object: with /lib/modules hidden, the XDP
     program attaches and the stream observer (the one that reads kernel
     structs) starts, reads and ends."""
-    hidden = "mount -t tmpfs none /lib/modules && "
+    # a machine may have no /lib/modules at all: then nothing is there to hide
+    hidden = "mount -t tmpfs none /lib/modules && " if os.path.isdir("/lib/modules") else ""
     proc = _in_private_mounts(hidden + f"exec {ZEROLAYER} streams --duration 1 --json", lab)
     assert proc.returncode == 0, proc.stderr
     z = f"{ZEROLAYER} {{}} {lab.dut.ifname} --netns {lab.dut.netns}"
@@ -108,7 +109,7 @@ def test_compile_error(cli, lab, tmp_path):
     src = _broken_sources(tmp_path, "c->packets++;", "c->packets++ oops;")
     line = one_line_error(cli("attach", lab.dut.ifname, "--netns", lab.dut.netns,
                               env={"ZEROLAYER_BPF_DIR": str(src), "PATH": "/usr/bin:/bin"}))
-    assert "compiling xdp_token.c failed" in line and "error:" in line
+    assert "compiling xdp_token.bpf.c failed" in line and "error:" in line
     subprocess.run(["rm", "-f", re.search(r"full log: (\S+)\)", line).group(1)], check=True)
 
 

@@ -18,7 +18,7 @@ def test_python_m_pyxdp_runs_the_checkout_from_the_repository_root():
     assert done.returncode == 0, done.stderr
     package, sources, profile = done.stdout.split()
     assert package == os.path.join(REPO, "pyxdp", "__init__.py")
-    assert os.path.isfile(os.path.join(sources, "xdp_token.c"))
+    assert os.path.isfile(os.path.join(sources, "xdp_token.bpf.c"))
     assert profile == "inf2"
     done = subprocess.run([sys.executable, "-m", "pyxdp", "--version"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)

@@ -320,12 +320,12 @@ def test_service_md_says_what_the_units_set():
 
 def test_every_tls_library_row_names_programs_the_c_defines():
     """CONTRIBUTING's "Adding a TLS library": a row of the table is not
-    enough, its entry and return programs are in bpf/streams.c."""
+    enough, its entry and return programs are in bpf/streams.bpf.c."""
     from pyxdp.streams.tls_libraries import TLS_LIBRARIES
 
-    source = (REPO / "bpf" / "streams.c").read_text()
+    source = (REPO / "bpf" / "streams.bpf.c").read_text()
     defined = set(re.findall(r"^int (\w+)\(struct zl_regs \*ctx\)", source, re.M))
-    assert defined, "no uprobe program found in bpf/streams.c"
+    assert defined, "no uprobe program found in bpf/streams.bpf.c"
     for library in TLS_LIBRARIES:
         assert library.functions, library.name
         for f in library.functions:
@@ -366,31 +366,47 @@ def test_the_kernel_sides_docs_name_only_the_toolchain_in_use():
         assert TOOLCHAIN_GONE not in doc.lower(), path
     bpf_doc = ast.get_docstring(ast.parse(packages[0].read_text())) or ""
     assert all(tool in bpf_doc for tool in TOOLCHAIN_NOW), bpf_doc
-    sources = [*(REPO / "bpf").rglob("*.[ch]"), REPO / "pyxdp" / "lab" / "xdp_pass.c",
-               REPO / "pyxdp" / "bench" / "xdp_count.c",
-               *(REPO / "pyxdp" / "bench" / "streams").glob("*.c")]
+    sources = [*(REPO / "bpf").rglob("*.[ch]"), *REPO.joinpath("pyxdp").rglob("*.bpf.c")]
     assert len(sources) > 20
     stale = [str(p.relative_to(REPO)) for p in sources if TOOLCHAIN_GONE in p.read_text()]
     assert not stale, stale
 
 
-def test_every_bpf_program_is_in_the_one_list_that_loads_them_all():
-    """CONTRIBUTING's "Adding a BPF program", as the observer, the relay and
-    the floors moved to it (issue 44): every program the kernel runs is
-    built by the one function (it includes zl_object.h, its programs in
-    sections) and is named in tests/test_programs_load.py, which loads each
-    on every kernel of the matrix."""
-    userspace = {"_core.c", "xsk_consumer.c", "splice_relay.c", "paced_sender.c"}
-    found = [*(REPO / "bpf").glob("*.c"), *(REPO / "pyxdp" / "lab").glob("*.c"),
-             *(REPO / "pyxdp" / "bench").rglob("*.c")]
-    programs = [p for p in found if p.name not in userspace]
-    assert {p.name for p in programs} >= {"xdp_token.c", "streams.c", "sk_relay.c", "xdp_tx.c",
-                                           "xdp_pass.c", "xdp_count.c", "tracepoint_floor.c",
-                                           "uprobe_hit.c"}
+def test_every_bpf_program_is_a_bpf_c_in_the_one_list_that_loads_them_all():
+    """CONTRIBUTING's "Adding a BPF program" (issue 44): every program the
+    kernel runs is a `*.bpf.c` built by the one function (it includes
+    zl_object.h, its programs in sections); no other C file of the tree
+    holds one; and each is named in tests/test_programs_load.py, which loads
+    it on every kernel of the matrix."""
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "*.c"], capture_output=True,
+                             text=True, check=True).stdout.split()
+    sources = [REPO / name for name in tracked]
+    programs = [p for p in sources if p.name.endswith(".bpf.c")]
+    assert {p.name for p in programs} >= {"xdp_token.bpf.c", "streams.bpf.c", "sk_relay.bpf.c",
+                                           "xdp_tx.bpf.c", "xdp_pass.bpf.c", "xdp_count.bpf.c",
+                                           "tracepoint_floor.bpf.c", "uprobe_hit.bpf.c"}
+    for path in sources:
+        text = path.read_text()
+        is_program = '#include "zl_object.h"' in text or re.search(r'SEC\("', text)
+        assert bool(is_program) == path.name.endswith(".bpf.c"), path
     listed = (REPO / "tests" / "test_programs_load.py").read_text()
     for path in programs:
         text = path.read_text()
         assert '#include "zl_object.h"' in text and re.search(r'SEC\("(?!license)', text), path
-        if path.name in ("uprobe_hit.c", "tracepoint_floor.c"):
+        if path.name in ("uprobe_hit.bpf.c", "tracepoint_floor.bpf.c"):
             continue  # the bench's floors, loaded by the streams bench's own test
         assert f'"{path.name} (' in listed, f"{path.name} is not in tests/test_programs_load.py"
+
+
+def test_zerolayer_build_imports_every_module_that_ships_an_object():
+    """`zerolayer build` finds what to build by importing the modules that
+    name their objects (compiler.shipped()); one left out of its list would
+    be compiled by the first command that loads it."""
+    from pyxdp.cli.build_commands import OWNERS
+
+    callers = set()
+    for path in (REPO / "pyxdp").rglob("*.py"):
+        if re.search(r"^[^#\n]*(\bcompiler\.|[=:] )shipped\(", path.read_text(), re.M):
+            callers.add(".".join(path.relative_to(REPO).with_suffix("").parts))
+    assert len(callers) >= 6
+    assert callers == set(OWNERS), callers ^ set(OWNERS)

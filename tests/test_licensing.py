@@ -90,7 +90,7 @@ def _rel(path: Path) -> str:
 def test_the_walk_finds_the_sources():
     """Not an empty list passing the checks below: the files of every kind."""
     found = {_rel(p) for p in SOURCES}
-    for name in ("pyproject.toml", "setup.py", "pyxdp/__init__.py", "bpf/xdp_token.c",
+    for name in ("pyproject.toml", "setup.py", "pyxdp/__init__.py", "bpf/xdp_token.bpf.c",
                  "bpf/zl_parse.h", "vagrant/provision.sh", ".ci/run", "vagrant/vm/zl-init",
                  "pyxdp/xsk/_core.pyi", "Makefile", ".pre-commit-config.yaml"):
         assert name in found, name
@@ -117,8 +117,8 @@ def test_the_kernel_side_c_is_dual_licensed_and_the_rest_apache():
 def test_every_bpf_program_tells_the_kernel_dual_bsd_gpl():
     names = {p.name for p in BPF_PROGRAMS}
     # the product's four and the bench's floors, wherever they live
-    assert {"xdp_token.c", "xdp_tx.c", "sk_relay.c", "streams.c", "xdp_pass.c", "xdp_count.c",
-            "tracepoint_floor.c", "uprobe_hit.c"} <= names, names
+    assert {"xdp_token.bpf.c", "xdp_tx.bpf.c", "sk_relay.bpf.c", "streams.bpf.c", "xdp_pass.bpf.c", "xdp_count.bpf.c",
+            "tracepoint_floor.bpf.c", "uprobe_hit.bpf.c"} <= names, names
     for path in BPF_PROGRAMS:
         lines = path.read_text().splitlines()
         assert lines.count(SECTION_LICENSE) == 1, f"{_rel(path)}: no `{SECTION_LICENSE}` line"

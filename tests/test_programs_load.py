@@ -21,20 +21,51 @@ pytestmark = [pytest.mark.root, pytest.mark.kernel, pytest.mark.smoke]
 # name -> a loader whose result has close(), with the product's own program
 # names, maps and compile flags.
 PROGRAMS = {
-    "xdp_token.c (the parser)": compiler.load_token,
-    "xdp_tx.c (the generator)": lambda: generator.load_program(),
-    "xdp_count.c (bench floor)": CountProgram,
-    "xdp_count.c (forwarding bench sink)": lambda: CountProgram("drop"),
-    "xdp_pass.c (bench floor)": PassProgram,
-    "sk_relay.c (the TCP relay)": RelayDataPath,
-    "streams.c (the stream observer: CO-RE, tracepoints attached)": Probes,
+    "xdp_token.bpf.c (the parser)": compiler.load_token,
+    "xdp_tx.bpf.c (the generator)": lambda: generator.load_program(),
+    "xdp_count.bpf.c (bench floor)": CountProgram,
+    "xdp_count.bpf.c (forwarding bench sink)": lambda: CountProgram("drop"),
+    "xdp_pass.bpf.c (bench floor)": PassProgram,
+    "sk_relay.bpf.c (the TCP relay)": RelayDataPath,
+    "streams.bpf.c (the stream observer: CO-RE, tracepoints attached)": Probes,
 }
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_program_loads(name):
-    if name.startswith("xdp_tx.c") and not generator.live_frames():
+    if name.startswith("xdp_tx.bpf.c") and not generator.live_frames():
         with pytest.raises(ZerolayerError, match="needs the BPF helper .* Linux 5.18 or newer"):
             PROGRAMS[name]()
         return
     PROGRAMS[name]().close()
+
+
+def test_after_zerolayer_build_no_program_compiles(monkeypatch, tmp_path):
+    """`zerolayer build` (the command itself, as provisioning runs it, into
+    an empty cache of this test's) builds every object a command loads:
+    after it, loading every program of the list, and the bench's tracepoint
+    floor, starts no clang."""
+    import json
+
+    from click.testing import CliRunner
+
+    from pyxdp.bench.streams.loops import BareTracepoints
+    from pyxdp.cli.build_commands import build
+    from pyxdp.kernel import root_dirs
+    from pyxdp.xdp import objects
+
+    monkeypatch.setattr(objects, "CACHE", root_dirs.Tree(str(tmp_path / "zerolayer")))
+    done = CliRunner().invoke(build, ["--json"], catch_exceptions=False)
+    report = json.loads(done.output)
+    assert report["cached"] == 0 and report["built"] == len(compiler.SHIPPED) >= 10, report
+
+    def compiled(*args):
+        raise AssertionError(f"compiled at load, after zerolayer build: {args[1]}")
+
+    monkeypatch.setattr(objects, "_compile", compiled)
+    for name, loader in PROGRAMS.items():
+        if name.startswith("xdp_tx.bpf.c") and not generator.live_frames():
+            continue
+        loader().close()
+    with BareTracepoints():
+        pass

@@ -173,7 +173,7 @@ def test_a_parser_the_kernel_refuses_is_one_line_naming_the_asyncio_engine(cli, 
     kernel without that rule attaches it and relays."""
     src = tmp_path / "bpf"
     shutil.copytree(compiler.SOURCE_DIR, src, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
-    parser = src / "sk_relay.c"
+    parser = src / "sk_relay.bpf.c"
     text = parser.read_text()
     marker = "\tcfg = bpf_map_lookup_elem(&zl_sk_config, &zero);\n"
     assert marker in text

@@ -135,6 +135,11 @@ rm -rf "$REPO/build"
     "${EDITABLE[@]}" "${REPO}[$EXTRAS]"
 ln -sfn "$VENV/bin/zerolayer" /usr/local/bin/zerolayer
 say "ready: $("$VENV/bin/zerolayer" --version)"
+# Every BPF object, built now into root's cache, so that no command compiles
+# (those of an unchanged tree are found there).
+if [ "$ACTION" != lint ]; then
+    say "BPF objects: $("$VENV/bin/zerolayer" build | tail -n 1)"
+fi
 
 # --- man pages and bash completion -------------------------------------------
 # zerolayer(8), zerolayer-attach(8), ... from the command pages in docs/commands

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The programs zerolayer's is measured against, built by clang from C
-kept out of the product's bpf/: XDP_PASS alone (pyxdp/lab/xdp_pass.c, where
-the routed lab needs it too) and count-and-pass (xdp_count.c, beside this
+kept out of the product's bpf/: XDP_PASS alone (pyxdp/lab/xdp_pass.bpf.c, where
+the routed lab needs it too) and count-and-pass (xdp_count.bpf.c, beside this
 module)."""
 
 import os
@@ -9,12 +9,11 @@ from pathlib import Path
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.kernel import bpfsys
-from pyxdp.lab.routed_lab import C_DIR as PASS_DIR
-from pyxdp.lab.routed_lab import PASS_PROGRAM
+from pyxdp.lab.routed_lab import PASS_BUILD, PASS_FUNCTION
 from pyxdp.proto import counters
 from pyxdp.xdp import compiler
 
-COUNT_SOURCE = "xdp_count.c"
+COUNT_BUILD = compiler.shipped("xdp_count.bpf.c", directory=Path(__file__).parent)
 COUNT_MAPS = {"count": "zl_count"}
 
 
@@ -22,7 +21,7 @@ class PassProgram:
     """The floor: a program that only returns XDP_PASS."""
 
     def __init__(self):
-        self._loaded = compiler.load(*PASS_PROGRAM, directory=PASS_DIR)
+        self._loaded = compiler.load(PASS_BUILD, PASS_FUNCTION)
         self.prog_fd = self._loaded.prog_fd
 
     def close(self) -> None:
@@ -42,12 +41,11 @@ class FragsPassProgram:
 
 
 class CountProgram:
-    """xdp_count.c: counts every packet and passes it (or, as
+    """xdp_count.bpf.c: counts every packet and passes it (or, as
     VERDICT="drop", drops it)."""
 
     def __init__(self, verdict: str = "pass"):
-        self._loaded = compiler.load(COUNT_SOURCE, f"xdp_count_{verdict}",
-                                     directory=Path(__file__).parent, maps=COUNT_MAPS)
+        self._loaded = compiler.load(COUNT_BUILD, f"xdp_count_{verdict}", maps=COUNT_MAPS)
         self.prog_fd = self._loaded.prog_fd
         self._map_fd = self._loaded.map_fds["count"]
 

@@ -6,7 +6,7 @@ zerolayer on the receiver.
 The routed lab (pyxdp/lab/routed_lab.py): the generator on the sender's
 snd0 sends token datagrams for the receiver to the router's rtr0; the
 receiver's rcv0 counts them in XDP and drops them
-(pyxdp/bench/xdp_count.c), so its own stack is no part of what the router
+(pyxdp/bench/xdp_count.bpf.c), so its own stack is no part of what the router
 is measured by. On rtr0, taking turns under the same load (the generator
 runs flat out in a background thread the whole time):
 - xdp: zerolayer with forwarding on: judged, routed by bpf_fib_lookup,

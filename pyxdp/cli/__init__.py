@@ -26,6 +26,7 @@ def _register() -> None:
     from pyxdp.cli import (
         apply_commands,
         bench_commands,
+        build_commands,
         emit_commands,
         lab_commands,
         listen_commands,
@@ -38,7 +39,7 @@ def _register() -> None:
 
     for module in (xdp_commands, tune_commands, lab_commands, listen_commands, bench_commands,
                    observe_commands, relay_commands, emit_commands, apply_commands,
-                   streams_commands):
+                   streams_commands, build_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A BPF hash map by its fd, its keys and values as tuples of the C struct
 they are (struct formats), for the maps the tracing programs share with
-userspace (bpf/streams.c). The fd is the loader's: this never closes it."""
+userspace (bpf/streams.bpf.c). The fd is the loader's: this never closes it."""
 
 import struct
 

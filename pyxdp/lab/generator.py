@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """A line-rate packet generator: BPF_PROG_TEST_RUN with
-BPF_F_TEST_XDP_LIVE_FRAMES runs bpf/xdp_tx.c over template packets and
+BPF_F_TEST_XDP_LIVE_FRAMES runs bpf/xdp_tx.bpf.c over template packets and
 transmits every frame on a real interface, without a socket or an skb on the
 way out. Run in the lab's peer namespace, it feeds dut0 faster than any
 Python sender could.
@@ -42,14 +42,14 @@ from pyxdp.proto import counters, frames, judge
 from pyxdp.proto.ethernet import ETH_HLEN, LINK_L2_OVERHEAD
 from pyxdp.xdp import compiler, netlink
 
-GENERATOR_PROGRAM = ("xdp_tx.c", "xdp_tx_gen")
+GENERATOR_PROGRAM = ("xdp_tx.bpf.c", "xdp_tx_gen")
 GENERATOR_MAPS = {"templates": "zl_gen_templates", "schedule": "zl_gen_schedule",
                   "state": "zl_gen_state"}
 MAX_TEMPLATE_LEN = 1536  # ZL_GEN_MAX_LEN: >= 1500-byte MTU + Ethernet + two VLAN tags
 MAX_TEMPLATES = 16  # ZL_GEN_TEMPLATES
 MAX_SLOTS = 4096  # ZL_GEN_SLOTS: schedule slots
 
-# Map values (bpf/xdp_tx.c): change both together (tests/test_layouts.py checks).
+# Map values (bpf/xdp_tx.bpf.c): change both together (tests/test_layouts.py checks).
 TEMPLATE = Layout("zl_gen_template", ("len", "I"), ("data", f"{MAX_TEMPLATE_LEN}s"))
 STATE = Layout("zl_gen_state", ("slots", "I"), ("next", "I"), ("errors", "Q"), ("runs", "Q"))
 INDEX = struct.Struct("=I")
@@ -66,15 +66,18 @@ XDP_MD = Layout(
 
 
 def c_defines() -> dict[str, int]:
-    """The generator program's sizes, by C name (bpf/xdp_tx.c)."""
+    """The generator program's sizes, by C name (bpf/xdp_tx.bpf.c)."""
     return {"ZL_GEN_MAX_LEN": MAX_TEMPLATE_LEN, "ZL_GEN_TEMPLATES": MAX_TEMPLATES,
             "ZL_GEN_SLOTS": MAX_SLOTS}
 
 
+GENERATOR_BUILD = compiler.shipped(GENERATOR_PROGRAM[0], compiler.define_flags(c_defines()))
+GENERATOR_FUNCTION = GENERATOR_PROGRAM[1]
+
+
 def load_program() -> compiler.Loaded:
-    """bpf/xdp_tx.c compiled with its sizes and loaded, with private maps."""
-    return compiler.load(*GENERATOR_PROGRAM, maps=GENERATOR_MAPS,
-                         cflags=compiler.define_flags(c_defines()))
+    """bpf/xdp_tx.bpf.c compiled with its sizes and loaded, with private maps."""
+    return compiler.load(GENERATOR_BUILD, GENERATOR_FUNCTION, maps=GENERATOR_MAPS)
 
 
 # The kernel's limit on frames per batch (it allocates a page each).

@@ -40,13 +40,14 @@ IFA_F_NODAD = 0x02
 # XDP_PASS alone, beside this module: what a veth needs on it to take
 # redirected frames, and the parser bench's floor (pyxdp.bench.floors).
 C_DIR = pathlib.Path(__file__).parent
-PASS_PROGRAM = ("xdp_pass.c", "xdp_pass_floor")
+PASS_BUILD = compiler.shipped("xdp_pass.bpf.c", directory=C_DIR)
+PASS_FUNCTION = "xdp_pass_floor"
 
 
 def attach_pass_program(end: Endpoint) -> None:
     """An XDP_PASS program on END, in native mode: the link holds it, and
     it goes with the namespace (or with the link's next program)."""
-    loaded = compiler.load(*PASS_PROGRAM, directory=C_DIR)
+    loaded = compiler.load(PASS_BUILD, PASS_FUNCTION)
     try:
         state = netlink.query(end.ifname, end.netns)
         netlink.set_program(state.ifindex, loaded.prog_fd, "native", netns=end.netns)

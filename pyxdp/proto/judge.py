@@ -3,7 +3,7 @@
 
 judge_datagram() decides a UDP payload, udp_checksum() its datagram's
 checksum; classify_packet() and expected() model the whole XDP program
-(bpf/zl_parse.h, bpf/zl_frames.h, bpf/zl_csum.h, xdp_token.c):
+(bpf/zl_parse.h, bpf/zl_frames.h, bpf/zl_csum.h, xdp_token.bpf.c):
 which packets are ours, the verdict, and which counters move. The
 differential test holds the C program to this module on random and hostile
 input, so every rule here is stated once and on purpose.

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The TCP frame relay's kernel side: bpf/sk_relay.c's stream parser and
+"""The TCP frame relay's kernel side: bpf/sk_relay.bpf.c's stream parser and
 verdict, attached to a sockhash of relayed sockets, and typed access to the
 relay's maps.
 
@@ -30,10 +30,10 @@ from pyxdp.relay import sockets as relay_sockets
 from pyxdp.relay.schema import FIELDS, LAYOUT
 from pyxdp.xdp import compiler
 
-RELAY_SOURCE = "sk_relay.c"
+RELAY_SOURCE = "sk_relay.bpf.c"
 PARSER = "zl_sk_parser"
 VERDICT = "zl_sk_verdict"
-# The bench's ceiling (bpf/sk_relay.c): a verdict alone, no parser, no framing.
+# The bench's ceiling (bpf/sk_relay.bpf.c): a verdict alone, no parser, no framing.
 UNFRAMED_VERDICT = "zl_sk_verdict_unframed"
 # What is attached to the sockhash, in load order.
 FRAMED_PROGRAMS = ((PARSER, bpfsys.BPF_SK_SKB_STREAM_PARSER),
@@ -281,6 +281,13 @@ class RelayDataPath:
         self.close()
 
 
+# One object per header window: the verifier, not a run, picks among them.
+RELAY_BUILDS = {window: compiler.shipped(RELAY_SOURCE, (*compiler.define_flags(schema.c_defines()),
+                                                        f"-DZL_SK_WINDOW={window}"),
+                                     variant=f"window {window}")
+                for window in HEADER_WINDOWS}
+
+
 def _load(programs, socks_fd: int, max_socks: int) -> tuple[compiler.Loaded, int]:
     """The relay's programs, with the widest header window this kernel's
     verifier accepts, and that window."""
@@ -295,9 +302,8 @@ def _load(programs, socks_fd: int, max_socks: int) -> tuple[compiler.Loaded, int
 
 def _compile(programs, socks_fd: int, max_socks: int, window: int) -> compiler.Loaded:
     return compiler.load(
-        RELAY_SOURCE, programs[0][0], also=tuple(name for name, _ in programs[1:]),
+        RELAY_BUILDS[window], programs[0][0], also=tuple(name for name, _ in programs[1:]),
         maps=RELAY_MAPS, reuse={"zl_sk_socks": socks_fd}, sizes={"zl_sk_conns": max_socks},
-        cflags=(*compiler.define_flags(schema.c_defines()), f"-DZL_SK_WINDOW={window}"),
     )
 
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Load bpf/streams.c's object (built once by clang, fitted to the running
+"""Load bpf/streams.bpf.c's object (built once by clang, fitted to the running
 kernel by libbpf's CO-RE relocations) and place its probes: the syscall
 and scheduler tracepoints (libbpf attaches them where their sections say)
 and, on each TLS library found, uprobes on the
@@ -31,7 +31,7 @@ from pyxdp.kernel.bpf_table import Table
 from pyxdp.streams import elf_symbols, libraries, mapped_file, tls_libraries
 from pyxdp.xdp import compiler
 
-SOURCE = "streams.c"
+SOURCE = "streams.bpf.c"
 
 # Event kinds (bpf/streams.h), numbered from 1.
 DATA, CONN, CLOSE, EXIT, LINK, FORK = 1, 2, 3, 4, 5, 6
@@ -69,7 +69,7 @@ HEADER_LEN = EVENT.size - PIECE
 # The uprobe programs, every TLS library's (from the table): placed by
 # pyxdp.kernel.uprobe, not by libbpf.
 UPROBE_PROGRAMS = tls_libraries.programs()
-# The tracepoint programs (bpf/streams.c), attached where their sections say.
+# The tracepoint programs (bpf/streams.bpf.c), attached where their sections say.
 SYSCALLS = ("read", "write", "recvfrom", "sendto", "readv", "writev", "recvmsg", "sendmsg")
 TRACEPOINT_PROGRAMS = (*(f"zl_st_{edge}_{call}" for call in SYSCALLS for edge in ("enter", "exit")),
                        "zl_st_enter_close", "zl_st_process_exit", "zl_st_process_fork")
@@ -89,7 +89,7 @@ def c_defines() -> dict[str, int]:
 
 # The maps userspace reads or writes, with their C structs' layouts (key,
 # value): struct zl_st_key, zl_st_conn, zl_st_link, zl_st_missed and
-# zl_st_bio_thread (bpf/streams.c). Change both together.
+# zl_st_bio_thread (bpf/streams.bpf.c). Change both together.
 KEY = "=IIQ"  # tgid, tls, id
 TABLES = {
     "zl_st_conns": (KEY, "=QQB7x"),  # seq[0], seq[1], skip
@@ -104,7 +104,7 @@ TABLES = {
 # Maps sized by --max-streams, at each load.
 CONN_MAPS = ("zl_st_conns", "zl_st_ignored", "zl_st_ssl_fds", "zl_st_fd_ssls", "zl_st_procs")
 RING = "zl_st_events"
-# const volatile zl_st_config (bpf/streams.c): our pid, whether only zl_st_pids is watched
+# const volatile zl_st_config (bpf/streams.bpf.c): our pid, whether only zl_st_pids is watched
 CONFIG = struct.Struct("=II")
 
 
@@ -114,6 +114,9 @@ def build_flags() -> tuple[str, ...]:
     return compiler.define_flags(c_defines() | {
         "ZL_ST_PIECES": PIECES, "ZL_ST_IOVS": IOVS, "ZL_ST_IGNORE_AFTER": IGNORE_AFTER,
         "ZL_ST_EVICTED": EVICTED})
+
+
+OBSERVER_BUILD = compiler.shipped(SOURCE, build_flags())
 
 
 def _libc():
@@ -166,8 +169,8 @@ class Probes:
         ensure_tracefs()
         # built once; CO-RE fits it to this kernel's structs as it loads
         self.loaded = compiler.load(
-            SOURCE, UPROBE_PROGRAMS[0], also=(*UPROBE_PROGRAMS[1:], *TRACEPOINT_PROGRAMS),
-            cflags=build_flags(), attach=True, maps={name: name for name in (*TABLES, RING)},
+            OBSERVER_BUILD, UPROBE_PROGRAMS[0], also=(*UPROBE_PROGRAMS[1:], *TRACEPOINT_PROGRAMS),
+            attach=True, maps={name: name for name in (*TABLES, RING)},
             sizes={**dict.fromkeys(CONN_MAPS, max_conns), RING: RING_PAGES * mmap.PAGESIZE},
             rodata=CONFIG.pack(os.getpid(), int(bool(self.pids))))
         self.tables = {name: Table(self.loaded.map_fds[name], *TABLES[name]) for name in TABLES}

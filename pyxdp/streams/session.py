@@ -126,7 +126,7 @@ class Session:
         self.ring.close()
 
     def _ends_missed(self) -> list[tuple]:
-        """The ends the program could not put in a full ring (bpf/streams.c
+        """The ends the program could not put in a full ring (bpf/streams.bpf.c
         zl_st_ends_missed), taken out, oldest first, as (time, connection,
         what its event said: off, aux, flags)."""
         table = self._missed_table

@@ -20,6 +20,7 @@ import platform
 import re
 import struct
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +30,8 @@ from pyxdp.proto import counters, ethernet, frames, judge
 from pyxdp.xdp import dispatcher, egress, libbpf, objects, parsers
 from pyxdp.xdp import maps as token_maps
 
-TOKEN_SOURCE = "xdp_token.c"
-# The object's read-only data: zl_generation alone (xdp_token.c).
+TOKEN_SOURCE = "xdp_token.bpf.c"
+# The object's read-only data: zl_generation alone (xdp_token.bpf.c).
 GENERATION = struct.Struct("=I")
 # Headers plain clang needs beside the sources (bpf/clang).
 CLANG_INCLUDE = "clang"
@@ -172,10 +173,63 @@ def program_object(source: str, flags: tuple[str, ...], log_path: str,
     return objects.build(where, source, list(dict.fromkeys(cflags)), log_path)
 
 
+@dataclass(frozen=True)
+class Build:
+    """One object: SOURCE (a *.bpf.c) in DIRECTORY (bpf/ unless told),
+    built with the shared definitions and CFLAGS; VARIANT names it among
+    the builds of one source."""
+
+    source: str
+    cflags: tuple[str, ...] = ()
+    directory: Path | None = None
+    variant: str = ""
+
+    def image(self, log_path: str) -> bytes:
+        return program_object(self.source, (*define_flags(shared_defines()), *self.cflags),
+                              log_path, self.directory)
+
+
+# Every object a zerolayer command loads, each named by the module that
+# loads it (shipped()): `zerolayer build` builds them all ahead, at
+# provisioning and into an image, so that no command compiles.
+SHIPPED: list[Build] = []
+
+
+def shipped(source: str, cflags: tuple[str, ...] = (), directory: Path | None = None,
+            variant: str = "") -> Build:
+    """The Build of SOURCE with CFLAGS, as one that a command loads."""
+    build = Build(source, tuple(cflags), directory, variant)
+    if build not in SHIPPED:
+        SHIPPED.append(build)
+    return build
+
+
+@dataclass(frozen=True)
+class Built:
+    build: Build
+    compiled: bool  # False: it was in the cache
+    seconds: float
+
+
+def build_shipped() -> list[Built]:
+    """Every shipped object, into the cache: those already there are left."""
+    done = []
+    for build in SHIPPED:
+        with logged(f"zerolayer-{Path(build.source).stem}-") as log_path:
+            started, before = time.monotonic(), objects.compiles
+            build.image(log_path)
+            done.append(Built(build, objects.compiles > before, time.monotonic() - started))
+    return done
+
+
+# The token program, as each parser variant (§1.7).
+TOKEN_BUILDS = {variant: shipped(TOKEN_SOURCE, token_flags(variant), variant=f"{variant} parser")
+                for variant in parsers.PROGRAM_NAMES}
+
+
 def token_object(variant: str, log_path: str) -> bytes:
     """The token program's BPF object, built as VARIANT (cached)."""
-    return program_object(TOKEN_SOURCE, (*define_flags(shared_defines()), *token_flags(variant)),
-                          log_path)
+    return TOKEN_BUILDS[variant].image(log_path)
 
 
 @contextlib.contextmanager
@@ -260,22 +314,20 @@ def make_token_maps(pin_dir: str) -> dict[str, int]:
         return {pin: obj.map_fd(var) for pin, var in TOKEN_MAPS.items()}
 
 
-def load(source: str, function: str, *, directory: Path | None = None,
+def load(build: Build, function: str, *,
          maps: dict[str, str] | None = None, also: tuple[str, ...] = (),
-         cflags: tuple[str, ...] = (), reuse: dict[str, int] | None = None,
+         reuse: dict[str, int] | None = None,
          sizes: dict[str, int] | None = None, rodata: bytes | None = None,
          attach: bool = False) -> Loaded:
-    """SOURCE's object (program_object(): in DIRECTORY, with the shared
-    definitions and the extra -D definitions CFLAGS), loaded by libbpf with
-    FUNCTION and the programs in ALSO, each of the kind its section names.
+    """BUILD's object, loaded by libbpf with FUNCTION and the programs in
+    ALSO, each of the kind its section names.
     REUSE: map variables to use the given fds for (libbpf dups them);
     SIZES: map variables' sizes for this load; RODATA: the object's
     `const volatile` data. ATTACH: the tracepoint programs attached where
     their sections say. MAPS: the fds to keep, of map variables by the names
     to keep them by."""
-    flags = (*define_flags(shared_defines()), *cflags)
-    with logged(f"zerolayer-{Path(source).stem}-") as log_path:
-        obj = libbpf.BpfObject(program_object(source, flags, log_path, directory), source)
+    with logged(f"zerolayer-{Path(build.source).stem}-") as log_path:
+        obj = libbpf.BpfObject(build.image(log_path), build.source)
         loaded = Loaded(-1, function)
         try:
             for var, fd in (reuse or {}).items():

@@ -6,9 +6,11 @@ An object is an ELF file with BTF (`clang -target bpf -g`), which libbpf
 loads, libxdp's dispatcher runs, and CO-RE relocations fit to the running
 kernel (the stream observer's kernel struct reads). It depends on the C
 sources and the -D values (made from the Python definitions), not on the
-running kernel: what a run sets is set at load. So it is built once, on
-first use, and kept in /var/cache/zerolayer/bpf under the SHA-256 of both, so that clang is needed
-only to build (not by a service whose PATH lacks it); the cache is
+running kernel: what a run sets is set at load. So it is built once,
+ahead (`zerolayer build`, which provisioning and the images run; a source
+changed since is built on first use), and kept in /var/cache/zerolayer/bpf
+under the SHA-256 of both, so that clang is needed only to build (not by a
+service whose PATH lacks it); the cache is
 root's alone (each directory checked, the file opened without following a
 link and checked to be root's), and a file is written under a temporary
 name and renamed into place, so a reader never sees half of one.
@@ -31,6 +33,9 @@ CACHE_DIR = "bpf"
 # the relay's windows, the observer, the generator, the bench's floors), a
 # few upgrades back.
 KEEP = 32
+# Objects this process compiled (not found in the cache): what `zerolayer
+# build` reports, and what the tests hold at none once it has run.
+compiles = 0
 
 _CLANG = "/usr/bin/clang"
 # Debian puts the multiarch asm/ headers that linux/bpf.h includes here.
@@ -130,7 +135,9 @@ def build(source_dir, source: str, flags: list[str], log_path: str) -> bytes:
     cached = _read_cached(name)
     if cached is not None:
         return cached
+    global compiles
     image = _compile(_clang(), str(source_dir / source), flags, log_path)
+    compiles += 1
     try:
         _store(name, image)
     except OSError as exc:

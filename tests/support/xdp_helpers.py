@@ -54,7 +54,7 @@ def load_foreign(tmp_path):
         'char _license[] SEC("license") = "GPL";\n'
         'SEC("xdp") int foreign_xdp(struct xdp_md *ctx) { return XDP_PASS; }\n'
     )
-    loaded = compiler.load(FOREIGN_C, "foreign_xdp", directory=src)
+    loaded = compiler.load(compiler.Build(FOREIGN_C, directory=src), "foreign_xdp")
     return loaded, loaded.prog_fd
 
 

@@ -225,6 +225,10 @@ tar -C "$ZL_REPO" --exclude=.git --exclude=build --exclude='*.egg-info' \
 # isolation, and the guest has no network to fetch them.
 inroot /opt/zerolayer/venv/bin/pip install --quiet --disable-pip-version-check --no-cache-dir \
     'setuptools>=64' wheel '/tmp/src[test]' >&2
+# The BPF objects, built here at the host's speed by the image's own clang,
+# into the cache the guest's commands read (keyed by the sources: a guest
+# given other sources builds those once, as it provisions).
+inroot /opt/zerolayer/venv/bin/zerolayer build >&2
 inroot /opt/zerolayer/venv/bin/pip uninstall --quiet --yes zerolayer >&2
 inroot /opt/zerolayer/venv/bin/python -c 'import pyroute2, scapy, click, pytest' \
     || die "the venv cannot import the project's dependencies"

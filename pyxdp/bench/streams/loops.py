@@ -12,12 +12,12 @@ It answers with its CPU time per turn (the thread's: a uprobe's trap and
 program run on the probed thread's time), not the wall time, which the
 other processes on a 2-vCPU machine would stretch.
 
-BareProbes puts a program that only counts (uprobe_hit.c) on entry and
+BareProbes puts a program that only counts (uprobe_hit.bpf.c) on entry and
 return of SSL_write_ex and SSL_read_ex in the loop process alone: the "ssl"
 loop with it, less the loop without it, over the calls it counted, is what
 one probed call (its entry and return hits) costs here.
 
-BareTracepoints puts a program that returns at once (tracepoint_floor.c)
+BareTracepoints puts a program that returns at once (tracepoint_floor.bpf.c)
 on every tracepoint the observer uses, for every process: what any
 observer built on them costs before it does anything (the floor).
 """
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from pyxdp.errors import ZerolayerError
+from pyxdp.xdp import compiler
 
 PAYLOAD = b"x" * 64
 PROBED = ("SSL_write_ex", "SSL_read_ex")
@@ -103,16 +104,19 @@ def libssl_of(pid: int):
     return opened, offsets
 
 
+# The floors: the observer's hooks with programs that return at once.
+HIT_BUILD = compiler.shipped("uprobe_hit.bpf.c", directory=Path(__file__).parent)
+TRACEPOINT_FLOOR_BUILD = compiler.shipped("tracepoint_floor.bpf.c", directory=Path(__file__).parent)
+
+
 class BareProbes:
-    """uprobe_hit.c on entry and return of PROBED in libssl, for process PID
+    """uprobe_hit.bpf.c on entry and return of PROBED in libssl, for process PID
     alone; hits() counts every run (two a call)."""
 
     def __init__(self, pid: int):
         from pyxdp.kernel import uprobe
-        from pyxdp.xdp import compiler
 
-        self._loaded = compiler.load("uprobe_hit.c", "zl_bench_hit",
-                                     directory=Path(__file__).parent, maps={"hits": "zl_hits"})
+        self._loaded = compiler.load(HIT_BUILD, "zl_bench_hit", maps={"hits": "zl_hits"})
         self._perf_fds: list[int] = []
         try:
             opened, offsets = libssl_of(pid)
@@ -142,17 +146,16 @@ class BareProbes:
 
 
 class BareTracepoints:
-    """tracepoint_floor.c on the observer's tracepoints (attached as it
+    """tracepoint_floor.bpf.c on the observer's tracepoints (attached as it
     loads); a context manager, detaching them all on leaving."""
 
     def __enter__(self) -> "BareTracepoints":
         from pyxdp.streams.probes import SYSCALLS
-        from pyxdp.xdp import compiler
 
         names = [f"zl_bare_sys_{edge}_{call}" for call in SYSCALLS for edge in ("enter", "exit")]
         names += ["zl_bare_sys_enter_close", "zl_bare_sched_process_exit"]
-        self._loaded = compiler.load("tracepoint_floor.c", names[0], also=tuple(names[1:]),
-                                     directory=Path(__file__).parent, attach=True)
+        self._loaded = compiler.load(TRACEPOINT_FLOOR_BUILD, names[0], also=tuple(names[1:]),
+                                     attach=True)
         return self
 
     def __exit__(self, *exc) -> None:

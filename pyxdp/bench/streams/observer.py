@@ -16,7 +16,7 @@ from pyxdp.errors import ZerolayerError
 
 READY = "watching"  # the stderr line it prints once every probe is in place
 START_S = 90.0
-PROGRAM_PREFIX = "zl_st_"  # the names of the observer's BPF programs (bpf/streams.c)
+PROGRAM_PREFIX = "zl_st_"  # the names of the observer's BPF programs (bpf/streams.bpf.c)
 
 
 def cpu_s(pid: int) -> float:

@@ -107,6 +107,8 @@ inroot /opt/zerolayer/venv/bin/pip wheel --quiet --no-deps --no-build-isolation 
 inroot /opt/zerolayer/venv/bin/pip install --quiet --no-deps --no-index \
     --disable-pip-version-check --force-reinstall "/tmp/wheels/$(cd "$MNT/tmp/wheels" && echo zerolayer-*.whl)" >&2
 ln -sfn /opt/zerolayer/venv/bin/zerolayer "$MNT/usr/local/bin/zerolayer"
+# The units' commands load the objects built here; none compiles.
+inroot /opt/zerolayer/venv/bin/zerolayer build >&2
 inroot bash /tmp/src/packaging/install.sh >&2
 # pyroute2's wheel for the container (Debian 13 has 0.7): the version the
 # venv runs.

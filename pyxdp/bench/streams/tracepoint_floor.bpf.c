@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* The floor under `zerolayer streams` on this machine, for the streams
  * section of `zerolayer bench` (pyxdp/bench/streams/loops.py): a program
- * that returns at once on each tracepoint bpf/streams.c uses (a test holds
+ * that returns at once on each tracepoint bpf/streams.bpf.c uses (a test holds
  * the two lists equal). A syscall tracepoint, once anything is attached,
  * sends every system call of every process through the kernel's slow path;
  * what the observer costs beyond this is its own work. */
