@@ -71,7 +71,7 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
             sys.stdout.flush()
 
         who = "process " + ", ".join(map(str, sorted(set(pids)))) if pids else "every process"
-        note(f"watching {who}; OpenSSL libraries probed: {len(w.probes.libraries)}; "
+        note(f"watching {who}; TLS libraries probed: {len(w.probes.libraries)}; "
              "Ctrl-C ends")
         w.run(stop, emit, duration=duration, count=count,
               tick=draw if (tty and not as_json) else None)

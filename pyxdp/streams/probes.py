@@ -179,7 +179,7 @@ class Probes:
             self.tables["zl_st_pids"].set((pid,), (1,))
 
     def scan(self, pid_list: Iterable[int] | None = None) -> int:
-        """Put uprobes on the OpenSSL libraries the processes of PID_LIST
+        """Put uprobes on the TLS libraries the processes of PID_LIST
         (default: ours to watch, or every process) map and that have none yet:
         host-wide on a file only root may write, else (and with --pid) into
         each process that maps it. Returns how many libraries got them."""

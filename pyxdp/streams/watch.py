@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """One observer run: the probes, the session feeding the tracker, new
-OpenSSL libraries picked up as processes start, until told to stop."""
+TLS libraries picked up as processes start, until told to stop."""
 
 import threading
 import time
@@ -47,7 +47,7 @@ class Watch(ClosedOnExit):
             raise
 
     def scan(self) -> None:
-        """Uprobes on the OpenSSL libraries of processes not seen before (of
+        """Uprobes on the TLS libraries of processes not seen before (of
         all of them every FULL_SCAN_EVERY scans; with --pid, of those few
         every time, as they may load OpenSSL late)."""
         now = set(libraries.pids())
@@ -84,7 +84,7 @@ class Watch(ClosedOnExit):
             if duration is not None and now - start >= duration:
                 break
             if now >= next_scan:
-                self.heartbeat.beat("scanning processes for OpenSSL libraries")
+                self.heartbeat.beat("scanning processes for TLS libraries")
                 self.scan()
                 next_scan = now + SCAN_EVERY_S
             if tick and now >= next_tick:
