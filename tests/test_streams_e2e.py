@@ -13,10 +13,13 @@ import os
 import socket
 import struct
 import subprocess
+import sys
+import time
 import uuid
 
 import pytest
 
+from pyxdp.streams.watch import SCAN_EVERY_S
 from support import streams_lab as lab
 from support.ports import free_ports
 
@@ -145,6 +148,38 @@ def test_curl(setup, scheme):
     assert (seen["comm"], seen["tls"], seen["status"]) == ("curl", scheme == "tls", "done")
     assert lab.chunks_match(seen, lab.CHUNKS)
     server_of(setup["observer"], seen, "done", tls=scheme == "tls")
+
+
+def test_wget_through_gnutls(setup):
+    """wget, as Debian builds it, speaks TLS through GnuTLS: its row of
+    pyxdp.streams.tls_libraries, probed with OpenSSL's programs. The
+    observer finds a library in the processes that map it, every
+    SCAN_EVERY_S: a process holds libgnutls first, as a service using it
+    would, and a wget that starts after is covered by its probes at once."""
+    holder = subprocess.Popen([sys.executable, "-c", "import ctypes, sys; "
+                               "ctypes.CDLL('libgnutls.so.30'); sys.stdin.read()"],
+                              stdin=subprocess.PIPE)
+    try:
+        time.sleep(2 * SCAN_EVERY_S + 0.5)
+        _wget(setup)
+    finally:
+        holder.communicate(timeout=10)
+
+
+def _wget(setup) -> None:
+    text = prompt(setup)
+    body = ('{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"%s"}]}'
+            % text)
+    proc = subprocess.Popen(["wget", "-qO-", f"--ca-certificate={setup['cafile']}",
+                             "--header=content-type: application/json", f"--post-data={body}",
+                             setup["tls"] + "/v1/chat/completions"],
+                            stdout=subprocess.PIPE, text=True)
+    output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "[DONE]" in output
+    [seen] = client_streams(setup["observer"], proc.pid, 1)
+    assert (seen["comm"], seen["tls"], seen["status"]) == ("wget", True, "done")
+    assert lab.chunks_match(seen, lab.CHUNKS)
+    server_of(setup["observer"], seen, "done", tls=True)
 
 
 def test_cancelled_by_the_reader(setup):

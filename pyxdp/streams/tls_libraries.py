@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The one table of TLS libraries the stream observer probes (docs/spec.md
 §11.1): for each, the files it is mapped from, and for each function the
-probes take, the program of bpf/streams.c that runs at its entry and at
+probes take, the program of bpf/streams.bpf.c that runs at its entry and at
 its return, and how that program reads the function's arguments and
 result. A new library is one row here plus its programs in the C
 (CONTRIBUTING.md, "Adding a TLS library").
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Function:
     symbol: str  # the exported function, looked up in the file's .dynsym
-    entry: str  # the program of bpf/streams.c on its entry
+    entry: str  # the program of bpf/streams.bpf.c on its entry
     ret: str  # the program on its return
     convention: str  # what the programs read: the arguments and the result
 
@@ -57,7 +57,24 @@ OPENSSL = TlsLibrary(
     ),
 )
 
-TLS_LIBRARIES = (OPENSSL,)
+# GnuTLS (wget, git's https through libcurl-gnutls, Emacs): its record
+# calls have SSL_read's and SSL_write's convention, so OpenSSL's programs
+# serve them. ssize_t results: a record is far below the int the return
+# program reads.
+GNUTLS = TlsLibrary(
+    "GnuTLS",
+    # libgnutls.so.30 (the ABI since GnuTLS 3.4) is a link to the file
+    # /proc/PID/maps shows, libgnutls.so.30.N.M.
+    re.compile(r"/libgnutls\.so\.30(\.[0-9]+)*( \(deleted\))?$"),
+    (
+        Function("gnutls_record_recv", "zl_st_ssl_read", _OPENSSL_RETURN,
+                 "(session, data, size): the result is the bytes read into data, <= 0 none"),
+        Function("gnutls_record_send", "zl_st_ssl_write", _OPENSSL_RETURN,
+                 "(session, data, size): the result is the bytes written from data, <= 0 none"),
+    ),
+)
+
+TLS_LIBRARIES = (OPENSSL, GNUTLS)
 
 
 def library_of(path: str) -> TlsLibrary | None:
