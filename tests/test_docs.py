@@ -410,3 +410,39 @@ def test_zerolayer_build_imports_every_module_that_ships_an_object():
             callers.add(".".join(path.relative_to(REPO).with_suffix("").parts))
     assert len(callers) >= 6
     assert callers == set(OWNERS), callers ^ set(OWNERS)
+
+
+def _recipe(title: str) -> str:
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _changed_by(commit: str) -> list[str] | None:
+    """The files COMMIT changed, or None where this clone lacks it (a
+    shallow one: CI's clone of main is whole)."""
+    git = ["git", "-C", str(REPO)]
+    if subprocess.run([*git, "cat-file", "-e", f"{commit}^{{commit}}"],
+                      capture_output=True).returncode != 0:
+        shallow = subprocess.run([*git, "rev-parse", "--is-shallow-repository"],
+                                 capture_output=True, text=True).stdout.strip()
+        assert shallow == "true", f"CONTRIBUTING cites {commit}, which is not in the history"
+        return None
+    out = subprocess.run([*git, "show", "--name-only", "--format=", commit],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+def test_the_tls_library_recipe_is_what_its_commit_did():
+    """CONTRIBUTING's "Adding a TLS library" against the commit it cites as
+    the last that did it: every file that commit changed is one the recipe
+    names, and the row's file is among them."""
+    recipe = _recipe("Adding a TLS library")
+    commit = re.search(r"came in \(([0-9a-f]{7,40})\)", recipe)
+    assert commit, "the recipe cites no commit"
+    changed = _changed_by(commit.group(1))
+    if changed is None:
+        pytest.skip("a shallow clone: the cited commit is not here")
+    assert "pyxdp/streams/tls_libraries.py" in changed
+    flat = " ".join(recipe.split())
+    unnamed = [path for path in changed if path not in flat]
+    assert not unnamed, f"{commit.group(1)} changed what the recipe does not name: {unnamed}"

@@ -21,12 +21,12 @@ from support.cli_runner import ZEROLAYER
 
 pytestmark = pytest.mark.root
 
-# Before 5.15 the sockmap relay refuses at start (tests/test_relay_streams.py
+# Before 5.15 the sockmap relay refuses at start (tests/test_relay_sockets.py
 # shows the refusal): the commands that need it running cannot run there.
 needs_sockmap_relay = pytest.mark.skipif(
     not release.at_least(*OFFSETS_KEPT_SINCE),
     reason="before 5.15 the kernel relays a message from its segment's start: the sockmap "
-           "relay refuses (test_relay_streams.py)")
+           "relay refuses (test_relay_sockets.py)")
 
 
 @contextlib.contextmanager
