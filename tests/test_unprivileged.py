@@ -2,7 +2,9 @@
 """Root is needed per test, not per session: everything not marked `root`
 (the codec, the judge, profiles, the fake-root tuning runs, the package's
 house rules) passes as an ordinary user. Proved here by running exactly
-those tests as `nobody`, on a copy of the repository that user may read."""
+those tests as `nobody`, on a copy of the repository that user may read
+(without .git: the few tests that read the history are left to the rest
+of the suite)."""
 
 import os
 import pathlib
@@ -28,7 +30,7 @@ def test_the_unprivileged_tests_pass_as_nobody():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     passed = int(re.search(r"(\d+) passed", summary).group(1))
     assert passed >= 50, summary  # the pure tests really ran, not a handful
-    assert "skipped" not in summary, summary  # nothing left out for want of root
+    assert "skipped" not in summary, done.stdout[-1500:]  # nothing left out for want of root
 
 
 def _run_as_nobody(copy: pathlib.Path) -> subprocess.CompletedProcess:
@@ -41,7 +43,7 @@ def _run_as_nobody(copy: pathlib.Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
          "--inh-caps=-all", sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "-m", "not root"],
+         "-m", "not root and not history"],
         cwd=copy, env={"PATH": os.environ["PATH"], "HOME": str(copy)},
         capture_output=True, text=True, timeout=240,
     )
