@@ -15,9 +15,12 @@ REPORT="$(realpath -m "${1:?usage: conformance.sh [--smoke] REPORT.json [PYTEST 
 shift
 mkdir -p "$(dirname "$REPORT")"
 # What the report (and so the kernel table) says the suite ran on.
-version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed 's/[-+~].*//' || echo "?"; }
+# A package's upstream version: no epoch ("1:"), no Debian revision.
+version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed 's/^[0-9]*://; s/[-+~].*//' || echo "?"; }
+# clang's own version: the clang package is a metapackage ("19.0").
+clang_version() { /usr/bin/clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9.]*\).*/\1/p' | head -n 1; }
 export ZEROLAYER_CAPABILITIES="$REPORT" ZEROLAYER_SELECTION="$SELECTION"
-ZEROLAYER_SYSTEM="Debian $(cat /etc/debian_version 2>/dev/null || echo "?"), Python $(/usr/bin/python3 -c 'import platform; print(platform.python_version())'), clang $(version clang), libbpf $(version libbpf1), libxdp $(version libxdp1)"
+ZEROLAYER_SYSTEM="Debian $(cat /etc/debian_version 2>/dev/null || echo "?"), Python $(/usr/bin/python3 -c 'import platform; print(platform.python_version())'), clang $(clang_version), libbpf $(version libbpf1), libxdp $(version libxdp1)"
 export ZEROLAYER_SYSTEM
 echo "conformance: kernel $(uname -r), $ZEROLAYER_SYSTEM, $SELECTION selection, differential cases ${ZEROLAYER_DIFFERENTIAL_CASES:-20000}"
 tainted="$(cat /proc/sys/kernel/tainted)"
