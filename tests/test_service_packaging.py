@@ -54,7 +54,9 @@ def parse_command(argv: list[str]) -> click.Context:
     """Parse ARGV (a subcommand and its arguments) as `zerolayer` would, up
     to the subcommand's own context: unknown options or arguments raise."""
     _register()
-    parent = click.Context(cli, info_name="zerolayer")
+    # with the group's settings, as zerolayer runs it: click keeps the help
+    # option a command first made, and -h is among them
+    parent = click.Context(cli, info_name="zerolayer", **cli.context_settings)
     command = cli.get_command(parent, argv[0])
     assert command is not None, argv
     return command.make_context(argv[0], list(argv[1:]), parent=parent)
