@@ -17,16 +17,17 @@ only into those processes.
 """
 
 import ctypes
+import functools
 import mmap
 import os
 import platform
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pyxdp.cstruct import Layout
 from pyxdp.errors import ZerolayerError
 from pyxdp.human import escaped
-from pyxdp.kernel import uprobe
+from pyxdp.kernel import teardown, uprobe
 from pyxdp.kernel.bpf_table import Table
 from pyxdp.streams import elf_symbols, libraries, mapped_file, tls_libraries
 from pyxdp.xdp import compiler
@@ -268,7 +269,12 @@ class Probes:
         self.notes.append(f"no uprobes on {escaped(path)}: {why}")
 
     def close(self) -> None:
-        for fd in self.perf_fds:  # each uprobe goes with its perf event
-            os.close(fd)
-        self.perf_fds = []
-        self.loaded.close()
+        # each uprobe goes with its perf event, each tracepoint with its
+        # link: all at once, so the kernel's waits overlap
+        jobs: list[Callable[[], None]] = [functools.partial(os.close, fd) for fd in self.perf_fds]
+        jobs += [link.destroy for link in self.loaded.links]
+        self.perf_fds, self.loaded.links = [], []
+        try:
+            teardown.run_all(jobs)
+        finally:
+            self.loaded.close()
