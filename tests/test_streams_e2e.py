@@ -9,21 +9,27 @@ the time to first chunk no later than the client's, the status as the
 client ended it. The prompt is nowhere in what
 the observer prints."""
 
+import contextlib
 import os
+import shutil
 import socket
 import struct
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
+from pyxdp.streams import elf_symbols
 from pyxdp.streams.watch import SCAN_EVERY_S
 from support import streams_lab as lab
 from support.ports import free_ports
 
 pytestmark = pytest.mark.root
+
+NODE_CLIENT = Path(__file__).resolve().parent / "support" / "node_stream_client.js"
 
 
 @pytest.fixture(scope="module")
@@ -156,12 +162,21 @@ def test_wget_through_gnutls(setup):
     observer finds a library in the processes that map it, every
     SCAN_EVERY_S: a process holds libgnutls first, as a service using it
     would, and a wget that starts after is covered by its probes at once."""
-    holder = subprocess.Popen([sys.executable, "-c", "import ctypes, sys; "
-                               "ctypes.CDLL('libgnutls.so.30'); sys.stdin.read()"],
-                              stdin=subprocess.PIPE)
+    with _held_by([sys.executable, "-c", "import ctypes, sys; "
+                   "ctypes.CDLL('libgnutls.so.30'); sys.stdin.read()"]):
+        _wget(setup)
+
+
+@contextlib.contextmanager
+def _held_by(argv: list[str]):
+    """A process of ARGV running (until its stdin closes) for two of the
+    observer's scans first, so that what it maps is probed: a library or
+    executable nobody ran before is found only at the next scan (every
+    SCAN_EVERY_S), which a one-second client outlives."""
+    holder = subprocess.Popen(argv, stdin=subprocess.PIPE)
     try:
         time.sleep(2 * SCAN_EVERY_S + 0.5)
-        _wget(setup)
+        yield
     finally:
         holder.communicate(timeout=10)
 
@@ -178,6 +193,34 @@ def _wget(setup) -> None:
     assert proc.returncode == 0 and "[DONE]" in output
     [seen] = client_streams(setup["observer"], proc.pid, 1)
     assert (seen["comm"], seen["tls"], seen["status"]) == ("wget", True, "done")
+    assert lab.chunks_match(seen, lab.CHUNKS)
+    server_of(setup["observer"], seen, "done", tls=True)
+
+
+def test_node_https_through_openssl_in_its_executable(setup):
+    """Node's https: its OpenSSL is linked into the node executable in
+    Node's official builds (no libssl is mapped), and probed there. Where
+    node is Debian's, linked to libssl, the libssl row sees it instead."""
+    node = shutil.which("node")
+    assert node, "node is not installed (vagrant/provision.sh installs it)"
+    links_libssl = "libssl.so" in subprocess.run(["ldd", node], capture_output=True,
+                                                 text=True).stdout
+    if not links_libssl:  # the executable is the only place its TLS can be probed
+        fd = os.open(node, os.O_RDONLY)
+        try:
+            assert elf_symbols.function_offsets(fd, os.fstat(fd).st_size, ["SSL_read"])
+        finally:
+            os.close(fd)
+    text = prompt(setup)
+    body = ('{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"%s"}]}'
+            % text)
+    with _held_by([node, "-e", "process.stdin.resume()"]):  # a node service already running
+        proc = subprocess.Popen([node, str(NODE_CLIENT), setup["tls"] + "/v1/chat/completions",
+                                 setup["cafile"], body], stdout=subprocess.PIPE, text=True)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "[DONE]" in output
+    [seen] = client_streams(setup["observer"], proc.pid, 1)
+    assert (seen["comm"], seen["tls"], seen["status"]) == ("node", True, "done")
     assert lab.chunks_match(seen, lab.CHUNKS)
     server_of(setup["observer"], seen, "done", tls=True)
 

@@ -50,6 +50,26 @@ time.sleep(600)
 """
 
 
+# An executable that exports OpenSSL's functions itself (as Node's builds
+# do), says it runs, and sleeps.
+FAKE_SSL_PROGRAM = FAKE_SSL + r"""
+#include <stdio.h>
+#include <unistd.h>
+int main(void) { puts("mapped"); fflush(stdout); sleep(600); return 0; }
+"""
+
+
+def _build_fake_ssl_program(where: Path) -> Path:
+    """FAKE_SSL_PROGRAM, its functions in .dynsym (-rdynamic), its
+    debuglink naming the FIFO evil.debug beside it."""
+    src, program = where / "fake_program.c", where / "ssl-tool"
+    src.write_text(FAKE_SSL_PROGRAM)
+    subprocess.run(["clang", "-O2", "-rdynamic", "-o", program, src], check=True)
+    subprocess.run(["objcopy", f"--add-gnu-debuglink={where / 'evil.debug'}", program],
+                   check=True)
+    return program
+
+
 def _build_fake_libssl(where: Path) -> Path:
     """A libssl.so.3 defining the four functions, its debuglink naming
     evil.debug beside it: made a regular file for objcopy's checksum, then
@@ -59,6 +79,7 @@ def _build_fake_libssl(where: Path) -> Path:
     subprocess.run(["clang", "-shared", "-fPIC", "-O2", "-o", lib, src], check=True)
     debug.write_bytes(b"\0" * 64)
     subprocess.run(["objcopy", f"--add-gnu-debuglink={debug}", lib], check=True)
+    _build_fake_ssl_program(where)  # its debuglink's checksum taken while it is a file
     debug.unlink()
     os.mkfifo(debug, 0o644)
     return lib
@@ -110,6 +131,11 @@ def planted():
                      "bound": home / "bound" / "libssl.so.3",
                      "lies": home / "lies" / "libssl.so.3",
                      "huge": home / "huge" / "libssl.so.3", "loose": loose}
+            procs.append(subprocess.Popen(
+                ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                 "--clear-groups", str(home / "ssl-tool")],
+                stdout=subprocess.PIPE, text=True, start_new_session=True))
+            assert procs[-1].stdout.readline().strip() == "mapped"
             for path in files.values():
                 proc = subprocess.Popen(
                     ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
@@ -126,6 +152,7 @@ def planted():
             os.lchown(files["swapped"], user.pw_uid, user.pw_gid)
             subprocess.run(["mount", "--bind", home / "evil.debug", files["bound"]], check=True)
             bound = True
+            files["executable"] = home / "ssl-tool"
             yield {"user": user, "files": files, "fifo": home / "evil.debug",
                    "pids": [p.pid for p in procs]}
         finally:
@@ -157,6 +184,7 @@ def _said_about_each(stderr: str, planted: dict) -> None:
     assert f"{files['debuglink']} {private}" in stderr
     assert f"{files['swapped']} (deleted) {private}" in stderr
     assert f"{files['bound']} {private}" in stderr
+    assert f"{files['executable']} {private}" in stderr  # OpenSSL exported by a program
     shown = str(files["escape"]).replace(ESCAPE, "\\x1b]0;zl-owned\\x07")
     assert f"{shown} {private}" in stderr
     assert f"no uprobes on {files['lies']}: its section headers would be read from outside the file" in stderr

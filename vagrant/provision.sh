@@ -38,8 +38,9 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # (tests/test_concurrency.py). clang: builds each BPF program into a CO-RE
 # object, once (`zerolayer build`, below); libbpf (or libxdp) loads it.
 # wget: a client of the stream observer's tests that speaks TLS through
-# GnuTLS, as Debian builds it.
-PACKAGES=(python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc clang strace curl wget openssl)
+# GnuTLS, as Debian builds it. nodejs: its https client (a Node already
+# installed, such as NodeSource's with OpenSSL in the executable, is kept).
+PACKAGES=(python3-venv python3-dev libxdp1 bpftool xdp-tools iproute2 tcpdump ethtool tmux socat haproxy gcc clang strace curl wget nodejs openssl)
 # The C consumer's headers and libraries. Best effort: where libbpf1 came
 # from a backports suite (with its kernel), the release's libbpf-dev cannot
 # be installed beside it, and the bench then skips the consumer with a note.

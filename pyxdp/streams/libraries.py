@@ -7,15 +7,18 @@ processes takes one set of probes, and processes that map it later are
 covered without a new scan. Each mapping is reached through
 /proc/PID/map_files/START-END, the very inode mapped (a container's own
 copy too), whatever its path names now: the path read in /proc/PID/maps
-is only shown, never opened. Statically linked TLS stacks (Go, BoringSSL
-in Node, Bun or Envoy) map no libssl: they are not seen.
+is only shown, never opened. A process that maps no TLS library has its
+own executable looked at instead (OpenSSL exported from Node's): found by
+the device and inode /proc/PID/exe has, among its mappings. Stacks that
+export nothing (Go's crypto/tls, stripped static BoringSSL, rustls) are
+not seen.
 """
 
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pyxdp.streams.tls_libraries import TlsLibrary, library_of
+from pyxdp.streams.tls_libraries import IN_EXECUTABLE, TlsLibrary, library_of
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,12 @@ class Mapping:
 def mapped(pid: int) -> list[Mapping]:
     """The TLS library files process PID maps, one mapping each."""
     found: dict[tuple[int, int], Mapping] = {}
+    executable: Mapping | None = None
+    try:
+        exe = os.stat(f"/proc/{pid}/exe")  # the kernel's link: only its inode is read
+        exe_key = (exe.st_dev, exe.st_ino)
+    except OSError:  # gone, a kernel thread, or not ours to see
+        exe_key = None
     try:
         with open(f"/proc/{pid}/maps", "rb") as maps:
             for line in maps:
@@ -39,17 +48,18 @@ def mapped(pid: int) -> list[Mapping]:
                     continue
                 path = os.fsdecode(fields[5])
                 library = library_of(path)
-                if library is None:
-                    continue
                 start, _, end = fields[0].partition(b"-")
                 major, _, minor = fields[3].partition(b":")
-                dev = os.makedev(int(major, 16), int(minor, 16))
-                key = (dev, int(fields[4]))
-                found.setdefault(key, Mapping(
-                    pid, path, f"/proc/{pid}/map_files/{int(start, 16):x}-{int(end, 16):x}",
-                    *key, library))
+                key = (os.makedev(int(major, 16), int(minor, 16)), int(fields[4]))
+                map_file = f"/proc/{pid}/map_files/{int(start, 16):x}-{int(end, 16):x}"
+                if library is not None:
+                    found.setdefault(key, Mapping(pid, path, map_file, *key, library))
+                elif key == exe_key and executable is None and IN_EXECUTABLE:
+                    executable = Mapping(pid, path, map_file, *key, IN_EXECUTABLE[0])
     except (OSError, ValueError):  # gone, or a kernel thread
         pass
+    if not found and executable is not None:
+        return [executable]
     return list(found.values())
 
 

@@ -161,6 +161,8 @@ class Probes:
         # (dev, inode): why its uprobes go only into the processes that map it, and those
         self.private: dict[tuple[int, int], tuple[str, list[int]]] = {}
         self.failed: dict[tuple[int, int], tuple[str, str]] = {}  # (dev, inode): (path, why)
+        # executables looked at that export no TLS function: not again
+        self.without_tls: set[tuple[int, int]] = set()
         self.notes: list[str] = []  # one line for each of those, as it is found, names escaped
         if not os.path.exists(VMLINUX_BTF):
             raise ZerolayerError(
@@ -190,7 +192,7 @@ class Probes:
             pid_list = [p for p in pid_list if p in self.pids]
         placed = 0
         for key, maps in libraries.scan(pid_list).items():
-            if key in self.failed or (*key, -1) in self.attached:
+            if key in self.failed or key in self.without_tls or (*key, -1) in self.attached:
                 continue
             maps = [m for m in maps if (*key, m.pid) not in self.attached]
             if maps and self._place(key, maps):
@@ -216,7 +218,13 @@ class Probes:
                 offsets = elf_symbols.function_offsets(opened.fd, opened.st.st_size,
                                                        library.symbols())
             except elf_symbols.ElfRefused as exc:
-                self._refuse(key, mapping.path, str(exc))
+                if library.files is None:  # an executable we only looked at
+                    self.without_tls.add(key)
+                else:
+                    self._refuse(key, mapping.path, str(exc))
+                return False
+            if not offsets and library.files is None:
+                self.without_tls.add(key)  # most executables: nothing to say
                 return False
             if not offsets:
                 self._refuse(key, mapping.path,

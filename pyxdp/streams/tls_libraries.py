@@ -6,8 +6,10 @@ its return, and how that program reads the function's arguments and
 result. A new library is one row here plus its programs in the C
 (CONTRIBUTING.md, "Adding a TLS library").
 
-Only libraries a process maps can be probed: statically linked stacks (Go's
-crypto/tls, BoringSSL in Node, Bun or Envoy) have no row.
+A library is found by the path a process maps it from, or (files None) as
+the process's own executable, where that exports the functions: OpenSSL
+linked into Node's official builds. Stacks that export nothing (Go's
+crypto/tls, stripped static BoringSSL in Envoy or Bun, rustls) have no row.
 """
 
 import re
@@ -25,7 +27,9 @@ class Function:
 @dataclass(frozen=True)
 class TlsLibrary:
     name: str
-    files: re.Pattern  # a mapped path, as /proc/PID/maps shows it
+    # a mapped path, as /proc/PID/maps shows it; None: the process's own
+    # executable, probed where the process maps no library of another row
+    files: re.Pattern | None
     functions: tuple[Function, ...]
 
     def symbols(self) -> tuple[str, ...]:
@@ -74,13 +78,18 @@ GNUTLS = TlsLibrary(
     ),
 )
 
-TLS_LIBRARIES = (OPENSSL, GNUTLS)
+# OpenSSL linked into the executable and exported from it, as Node's
+# official builds do (`node` maps no libssl): OpenSSL's functions and programs.
+OPENSSL_IN_EXECUTABLE = TlsLibrary("OpenSSL in the executable", None, OPENSSL.functions)
+
+TLS_LIBRARIES = (OPENSSL, GNUTLS, OPENSSL_IN_EXECUTABLE)
+IN_EXECUTABLE = tuple(library for library in TLS_LIBRARIES if library.files is None)
 
 
 def library_of(path: str) -> TlsLibrary | None:
     """The row whose files PATH is, or None."""
     for library in TLS_LIBRARIES:
-        if library.files.search(path):
+        if library.files is not None and library.files.search(path):
             return library
     return None
 

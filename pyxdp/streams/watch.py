@@ -16,9 +16,9 @@ SCAN_EVERY_S = 2.0  # new processes' libraries: "picked up within a few seconds"
 FULL_SCAN_EVERY = 15  # every Nth scan reads every process again (a late dlopen)
 
 # What the probes cannot see, said once on start (docs/spec.md §11.4).
-NOT_SEEN = ("not seen: TLS of statically linked stacks (Go crypto/tls; BoringSSL in Node, Bun, "
-            "Envoy), HTTP/2 and gRPC, compressed bodies (HTTP/2 connections and compressed "
-            "streams are counted)")
+NOT_SEEN = ("not seen: TLS of stacks that export no TLS function (Go crypto/tls; stripped "
+            "static BoringSSL in Envoy, Bun; rustls), HTTP/2 and gRPC, compressed bodies "
+            "(HTTP/2 connections and compressed streams are counted)")
 
 
 def monotonic_ns() -> int:
