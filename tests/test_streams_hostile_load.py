@@ -8,6 +8,7 @@ loopback, the kernel's own probes (docs/spec.md §11.2.4, §11.2.5, §11.5)."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -218,6 +219,7 @@ def test_one_user_cannot_use_up_roots_model_labels():
         assert len({m for m in models if m.startswith("zl-user-model")}) <= \
             metrics.MODELS_PER_OWNER
         assert len(models) <= metrics.MAX_MODEL_VALUES
+        assert shutil.which("promtool"), "promtool is not installed: run vagrant/provision.sh"
         promtool = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                                   capture_output=True)
         assert promtool.returncode == 0, promtool.stdout + promtool.stderr
