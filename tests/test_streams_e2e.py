@@ -139,32 +139,29 @@ def test_asyncio_tls_on_both_sides(setup, api, cancel):
     assert server["pid"] == setup["tls_mock"].pid
 
 
-@pytest.mark.parametrize("scheme", ["plain", "tls"])
-def test_curl(setup, scheme):
-    text = prompt(setup)
-    body = ('{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"%s"}]}'
-            % text)
-    proc = subprocess.Popen(["curl", "-sN", "--cacert", setup["cafile"], "-H",
-                             "content-type: application/json", "-d", body,
-                             setup[scheme] + "/v1/chat/completions"],
-                            stdout=subprocess.PIPE, text=True)
+def chat_body(setup) -> str:
+    """A streaming chat completion's JSON, with a fresh private prompt."""
+    return ('{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"%s"}]}'
+            % prompt(setup))
+
+
+def streamed_by(setup, argv: list[str], comm: str, tls: bool) -> None:
+    """ARGV, a real client, streams one chat completion: the observer has
+    its client side (COMM, TLS or not, every chunk, done) and the server's."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "[DONE]" in output
     [seen] = client_streams(setup["observer"], proc.pid, 1)
-    assert (seen["comm"], seen["tls"], seen["status"]) == ("curl", scheme == "tls", "done")
+    assert (seen["comm"], seen["tls"], seen["status"]) == (comm, tls, "done")
     assert lab.chunks_match(seen, lab.CHUNKS)
-    server_of(setup["observer"], seen, "done", tls=scheme == "tls")
+    server_of(setup["observer"], seen, "done", tls=tls)
 
 
-def test_wget_through_gnutls(setup):
-    """wget, as Debian builds it, speaks TLS through GnuTLS: its row of
-    pyxdp.streams.tls_libraries, probed with OpenSSL's programs. The
-    observer finds a library in the processes that map it, every
-    SCAN_EVERY_S: a process holds libgnutls first, as a service using it
-    would, and a wget that starts after is covered by its probes at once."""
-    with _held_by([sys.executable, "-c", "import ctypes, sys; "
-                   "ctypes.CDLL('libgnutls.so.30'); sys.stdin.read()"]):
-        _wget(setup)
+@pytest.mark.parametrize("scheme", ["plain", "tls"])
+def test_curl(setup, scheme):
+    streamed_by(setup, ["curl", "-sN", "--cacert", setup["cafile"], "-H",
+                        "content-type: application/json", "-d", chat_body(setup),
+                        setup[scheme] + "/v1/chat/completions"], "curl", scheme == "tls")
 
 
 @contextlib.contextmanager
@@ -181,20 +178,17 @@ def _held_by(argv: list[str]):
         holder.communicate(timeout=10)
 
 
-def _wget(setup) -> None:
-    text = prompt(setup)
-    body = ('{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"%s"}]}'
-            % text)
-    proc = subprocess.Popen(["wget", "-qO-", f"--ca-certificate={setup['cafile']}",
-                             "--header=content-type: application/json", f"--post-data={body}",
-                             setup["tls"] + "/v1/chat/completions"],
-                            stdout=subprocess.PIPE, text=True)
-    output, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "[DONE]" in output
-    [seen] = client_streams(setup["observer"], proc.pid, 1)
-    assert (seen["comm"], seen["tls"], seen["status"]) == ("wget", True, "done")
-    assert lab.chunks_match(seen, lab.CHUNKS)
-    server_of(setup["observer"], seen, "done", tls=True)
+def test_wget_through_gnutls(setup):
+    """wget, as Debian builds it, speaks TLS through GnuTLS: its row of
+    pyxdp.streams.tls_libraries, probed with OpenSSL's programs. A process
+    holds libgnutls first, as a service using it would, and a wget that
+    starts after is covered by its probes at once."""
+    with _held_by([sys.executable, "-c", "import ctypes, sys; "
+                   "ctypes.CDLL('libgnutls.so.30'); sys.stdin.read()"]):
+        streamed_by(setup, ["wget", "-qO-", f"--ca-certificate={setup['cafile']}",
+                            "--header=content-type: application/json",
+                            f"--post-data={chat_body(setup)}",
+                            setup["tls"] + "/v1/chat/completions"], "wget", True)
 
 
 def test_node_https_through_openssl_in_its_executable(setup):
@@ -211,18 +205,9 @@ def test_node_https_through_openssl_in_its_executable(setup):
             assert elf_symbols.function_offsets(fd, os.fstat(fd).st_size, ["SSL_read"])
         finally:
             os.close(fd)
-    text = prompt(setup)
-    body = ('{"model":"gpt-test","stream":true,"messages":[{"role":"user","content":"%s"}]}'
-            % text)
     with _held_by([node, "-e", "process.stdin.resume()"]):  # a node service already running
-        proc = subprocess.Popen([node, str(NODE_CLIENT), setup["tls"] + "/v1/chat/completions",
-                                 setup["cafile"], body], stdout=subprocess.PIPE, text=True)
-        output, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "[DONE]" in output
-    [seen] = client_streams(setup["observer"], proc.pid, 1)
-    assert (seen["comm"], seen["tls"], seen["status"]) == ("node", True, "done")
-    assert lab.chunks_match(seen, lab.CHUNKS)
-    server_of(setup["observer"], seen, "done", tls=True)
+        streamed_by(setup, [node, str(NODE_CLIENT), setup["tls"] + "/v1/chat/completions",
+                            setup["cafile"], chat_body(setup)], "node", True)
 
 
 def test_cancelled_by_the_reader(setup):

@@ -8,8 +8,10 @@ covered without a new scan. Each mapping is reached through
 /proc/PID/map_files/START-END, the very inode mapped (a container's own
 copy too), whatever its path names now: the path read in /proc/PID/maps
 is only shown, never opened. A process that maps no TLS library has its
-own executable looked at instead (OpenSSL exported from Node's): found by
-the device and inode /proc/PID/exe has, among its mappings. Stacks that
+own executable looked at instead (OpenSSL exported from Node's): the
+mapping whose path is what /proc/PID/exe's link reads. readlink, not
+stat: a stat would reach the file's file system, and a user's FUSE daemon
+could hold root there. Stacks that
 export nothing (Go's crypto/tls, stripped static BoringSSL, rustls) are
 not seen.
 """
@@ -36,10 +38,9 @@ def mapped(pid: int) -> list[Mapping]:
     found: dict[tuple[int, int], Mapping] = {}
     executable: Mapping | None = None
     try:
-        exe = os.stat(f"/proc/{pid}/exe")  # the kernel's link: only its inode is read
-        exe_key = (exe.st_dev, exe.st_ino)
+        exe_path = os.readlink(f"/proc/{pid}/exe")  # the kernel's name for it: nothing opened
     except OSError:  # gone, a kernel thread, or not ours to see
-        exe_key = None
+        exe_path = None
     try:
         with open(f"/proc/{pid}/maps", "rb") as maps:
             for line in maps:
@@ -54,7 +55,7 @@ def mapped(pid: int) -> list[Mapping]:
                 map_file = f"/proc/{pid}/map_files/{int(start, 16):x}-{int(end, 16):x}"
                 if library is not None:
                     found.setdefault(key, Mapping(pid, path, map_file, *key, library))
-                elif key == exe_key and executable is None and IN_EXECUTABLE:
+                elif path == exe_path and executable is None and IN_EXECUTABLE:
                     executable = Mapping(pid, path, map_file, *key, IN_EXECUTABLE[0])
     except (OSError, ValueError):  # gone, or a kernel thread
         pass
