@@ -90,7 +90,8 @@ struct zl_st_key {
 struct zl_st_conn {
 	__u64 seq[2]; /* bytes seen so far, read (0) and written (1) */
 	__u8 skip;    /* HTTP/2: nothing more is copied */
-	__u8 pad[7];
+	__u8 told;    /* userspace has its description (CONN or LINK) */
+	__u8 pad[6];
 };
 
 /* A syscall between its entry and its exit. */
@@ -216,10 +217,29 @@ static __always_inline struct zl_st_event *zl_st_new(__u8 kind, __u32 tgid, __u6
  * the reader: it reads on its own clock (the times are the kernel's), so a
  * busy stream costs no wake-up per event. A full ring drops the event;
  * the offsets tell userspace. */
+/* Events the full ring refused, by kind, for userspace to say what it
+ * missed (an end is kept aside as well: zl_st_ends_missed). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 8);
+	__type(key, __u32);
+	__type(value, __u64);
+} zl_st_refused SEC(".maps");
+
 static __always_inline int zl_st_send(struct zl_st_event *ev, __u64 len)
 {
+	__u32 kind = ev->kind & 7;
+	__u64 *n;
+	int err;
+
 	len = zl_at_most(len, ZL_ST_PIECE);
-	return bpf_ringbuf_output(&zl_st_events, ev, ZL_ST_HEADER + len, BPF_RB_NO_WAKEUP);
+	err = bpf_ringbuf_output(&zl_st_events, ev, ZL_ST_HEADER + len, BPF_RB_NO_WAKEUP);
+	if (err) {
+		n = bpf_map_lookup_elem(&zl_st_refused, &kind);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
+	return err;
 }
 
 /* An end (a close, a process's exit, a fork) the full ring refused: kept
@@ -424,8 +444,8 @@ static __always_inline void zl_st_copy(struct zl_st_key *key, __u8 out, __u64 ts
 }
 
 /* Tells userspace of a newly tracked connection: the process and, when the
- * socket (at FD) is known, its addresses. */
-static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u64 ts, __u8 kind)
+ * socket (at FD) is known, its addresses. Returns whether the ring took it. */
+static __always_inline int zl_st_announce(struct zl_st_key *key, __s32 fd, __u64 ts, __u8 kind)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct task_struct *leader = NULL;
@@ -437,7 +457,7 @@ static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u6
 	bpf_map_update_elem(&zl_st_procs, &key->tgid, &yes, BPF_ANY);
 	ev = zl_st_new(kind, key->tgid, key->id, key->tls, ts);
 	if (!ev)
-		return;
+		return 0;
 	ev->fd = fd;
 	ev->uid = (__u32)bpf_get_current_uid_gid();
 	if (ZL_CORE_READ(leader, task, group_leader) || !leader ||
@@ -462,7 +482,7 @@ static __always_inline void zl_st_announce(struct zl_st_key *key, __s32 fd, __u6
 			bpf_probe_read_kernel(ev->raddr, 16, ZL_CORE_AT(sk, __sk_common.skc_v6_daddr));
 		}
 	}
-	zl_st_send(ev, 0);
+	return !zl_st_send(ev, 0);
 }
 
 /* One more call on the untracked connection KEY that did not look like HTTP. */
@@ -499,8 +519,15 @@ static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s
 	struct zl_st_conn fresh = {};
 	int verdict;
 
-	if (conn)
-		return conn->skip ? NULL : conn;
+	if (conn) {
+		if (conn->skip)
+			return NULL;
+		/* its CONN found the ring full: told now, as a LINK (its
+		 * offsets go on), before the bytes */
+		if (!conn->told)
+			conn->told = zl_st_announce(key, fd, ts, ZL_ST_LINK);
+		return conn;
+	}
 	/* plaintext was checked at the call's entry; a TLS connection is
 	 * ignored only when userspace evicted it */
 	if (key->tls && zl_st_is_ignored(key))
@@ -510,7 +537,7 @@ static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s
 		zl_st_not_http(key);
 		return NULL;
 	}
-	zl_st_announce(key, fd, ts, ZL_ST_CONN);
+	fresh.told = zl_st_announce(key, fd, ts, ZL_ST_CONN);
 	if (verdict == ZL_ST_HTTP2) {
 		fresh.skip = 1; /* this first call is still copied, for userspace to count */
 		bpf_map_update_elem(&zl_st_conns, key, &fresh, BPF_ANY);

@@ -500,3 +500,67 @@ def test_a_close_and_an_exit_the_full_ring_refused_still_arrive(monkeypatch):
             s.close()
     finally:
         p.close()
+
+
+LATE = r"""
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+c.sendall(b"POST /v1/late HTTP/1.1\r\nHost: a\r\n\r\n")  # the ring is full: its CONN is refused
+sys.stdin.readline()  # the ring read meanwhile
+c.sendall(b"POST /v1/again HTTP/1.1\r\nHost: a\r\n\r\n")
+c.recv(1)
+"""
+
+
+@pytest.mark.root
+def test_a_description_the_full_ring_refused_is_told_at_the_next_call(monkeypatch):
+    """A connection first seen while the ring is full gets no CONN; the
+    program tells it again (a LINK, its offsets going on) at its next call,
+    before that call's bytes, so its record still says who and where; the
+    refusals are counted by kind."""
+    from pyxdp.streams import session
+
+    monkeypatch.setattr(probes, "RING_PAGES", 1)
+    p = probes.Probes(pids=[])
+    try:
+        rec = Recorder()
+        s = session.Session(p, rec)
+        try:
+            srv = socket.create_server(("127.0.0.1", 0))
+            port = str(srv.getsockname()[1])
+            filler = subprocess.Popen([sys.executable, "-c", FILLER, port])
+            conn, _ = srv.accept()
+            while conn.recv(65536):
+                pass
+            assert filler.wait(10) == 0
+            late = subprocess.Popen([sys.executable, "-c", LATE, port], stdin=subprocess.PIPE,
+                                    text=True)
+            try:
+                lconn, _ = srv.accept()
+                assert lconn.recv(100).startswith(b"POST /v1/late")
+                assert s.refused().get("described") == 1
+                drain(s)  # the ring read: room again
+                assert not [k for k in rec.described if k[0] == late.pid]
+                late.stdin.write("\n")
+                late.stdin.flush()
+                assert lconn.recv(100).startswith(b"POST /v1/again")
+                lconn.sendall(b"x")
+                assert late.wait(10) == 0
+                drain(s)
+            finally:
+                late.kill()
+                late.wait()
+            [key] = [k for k in rec.described if k[0] == late.pid]
+            told = rec.described[key]
+            assert told["remote"] == f"127.0.0.1:{port}" and told["tls"] is False
+            assert rec.bytes[(key, True)] == b"POST /v1/again HTTP/1.1\r\nHost: a\r\n\r\n"
+            assert rec.lost[(key, True)] == len(b"POST /v1/late HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert s.refused()["data"] >= 1
+            assert s.failures == {}
+            conn.close()
+            lconn.close()
+            srv.close()
+        finally:
+            s.close()
+    finally:
+        p.close()

@@ -85,7 +85,8 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
                                           watch.NOT_SEEN))
             sys.stdout.flush()
         for line in missed.lines(w.tracker.counters, w.session.ends_missed, w.session.behind,
-                                 w.session.failures):
+                                 w.session.failures, w.session.refused(),
+                                 w.probes.skipped_runs()):
             note(line)
 
 

@@ -161,8 +161,10 @@ def prog_info(fd: int) -> ProgInfo:
 
 
 # struct bpf_prog_info: run_time_ns and run_cnt (both __u64), counted only
-# while run-time statistics are on.
+# while run-time statistics are on; recursion_misses (Linux 5.12; before,
+# the kernel leaves it 0), always counted.
 _RUN_TIME_NS = 192
+_RECURSION_MISSES = 208
 _PROG_INFO_LEN = 216
 BPF_STATS_RUN_TIME = 0
 
@@ -171,6 +173,14 @@ def prog_run_stats(fd: int) -> tuple[int, int]:
     """(run_time_ns, run_cnt) of a program, summed since it was loaded."""
     raw = _info(fd, _PROG_INFO_LEN)
     return struct.unpack_from("=QQ", raw, _RUN_TIME_NS)
+
+
+def prog_misses(fd: int) -> int:
+    """The times the kernel skipped a program because a BPF program, or a
+    BPF system call of a process, held the CPU's guard (bpf_prog_active):
+    the calls it saw none of."""
+    raw = _info(fd, _PROG_INFO_LEN)
+    return struct.unpack_from("=Q", raw, _RECURSION_MISSES)[0]
 
 
 def enable_run_stats() -> int:

@@ -4,7 +4,8 @@ the end of `zerolayer streams` (docs/spec.md §11.3): a record never claims
 more than was seen, so what was not is said here, counted by reason."""
 
 
-def lines(counters: dict, ends_missed: int, behind: int, failures: dict[str, int]) -> list[str]:
+def lines(counters: dict, ends_missed: int, behind: int, failures: dict[str, int],
+          refused: dict[str, int] | None = None, skipped: int = 0) -> list[str]:
     """The closing lines, from the tracker's COUNTERS and the session's
     own counts."""
     c = counters
@@ -18,6 +19,17 @@ def lines(counters: dict, ends_missed: int, behind: int, failures: dict[str, int
     if c["lost_bytes"]:
         out.append(f"{c['lost_bytes']} bytes never reached the observer (a call longer than it "
                    "copies, or the ring full): the streams they belonged to are incomplete")
+    refused = refused or {}
+    if refused.get("data"):
+        out.append(f"{refused['data']} pieces of data found the ring full: their bytes are "
+                   "counted lost above")
+    if refused.get("described"):
+        out.append(f"{refused['described']} new connections found the ring full: each was "
+                   "described at a later call of its own, once the ring had room")
+    if skipped:
+        out.append(f"{skipped} system calls and function calls ran none of the observer's "
+                   "programs (the kernel skips a program while the CPU is inside another BPF "
+                   "program or a BPF system call): what they carried was not seen")
     if ends_missed:
         out.append(f"{ends_missed} closes, exits and forks found the ring full: they were kept "
                    "aside and counted in their place")

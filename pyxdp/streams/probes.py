@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pyxdp.cstruct import Layout
 from pyxdp.errors import ZerolayerError
 from pyxdp.human import escaped
-from pyxdp.kernel import teardown, uprobe
+from pyxdp.kernel import bpfsys, teardown, uprobe
 from pyxdp.kernel.bpf_table import Table
 from pyxdp.streams import elf_symbols, libraries, mapped_file, tls_libraries
 from pyxdp.xdp import compiler
@@ -93,7 +93,7 @@ def c_defines() -> dict[str, int]:
 # zl_st_bio_thread (bpf/streams.bpf.c). Change both together.
 KEY = "=IIQ"  # tgid, tls, id
 TABLES = {
-    "zl_st_conns": (KEY, "=QQB7x"),  # seq[0], seq[1], skip
+    "zl_st_conns": (KEY, "=QQBB6x"),  # seq[0], seq[1], skip, told
     "zl_st_ignored": (KEY, "=I"),
     "zl_st_ssl_fds": ("=I4xQ", "=Q"),
     "zl_st_fd_ssls": ("=I4xQ", "=Q"),
@@ -101,6 +101,7 @@ TABLES = {
     "zl_st_ends_missed": (KEY, "=QQQQ"),  # ts, off, aux, flags
     "zl_st_pids": ("=I", "=B"),
     "zl_st_tls_scratch": ("=Q", f"={EVENT.size}s"),
+    "zl_st_refused": ("=I", "=Q"),  # by event kind: the ring was full
 }
 # Maps sized by --max-streams, at each load.
 CONN_MAPS = ("zl_st_conns", "zl_st_ignored", "zl_st_ssl_fds", "zl_st_fd_ssls", "zl_st_procs")
@@ -275,6 +276,13 @@ class Probes:
     def _refuse(self, key: tuple[int, int], path: str, why: str) -> None:
         self.failed[key] = (path, why)
         self.notes.append(f"no uprobes on {escaped(path)}: {why}")
+
+    def skipped_runs(self) -> int:
+        """The calls the kernel ran none of our programs for, because the
+        CPU was inside another BPF program or a process's BPF system call
+        (a program's recursion misses, Linux 5.12): their bytes, or their
+        connection's end, never reached us."""
+        return sum(bpfsys.prog_misses(fd) for fd in self.loaded.prog_fds.values())
 
     def close(self) -> None:
         # each uprobe goes with its perf event, each tracepoint with its

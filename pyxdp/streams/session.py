@@ -76,6 +76,7 @@ class Session:
         self._missed_table = probes_.tables["zl_st_ends_missed"]
         self._conns = probes_.tables["zl_st_conns"]
         self._ignored = probes_.tables["zl_st_ignored"]
+        self._refused = probes_.tables["zl_st_refused"]
         tracker.on_evicted = self._evicted
         self.leftovers = Leftovers(probes_.tables)
         self.ring = Ring(probes_.ring_fd, probes.RING_PAGES * mmap.PAGESIZE)
@@ -125,6 +126,18 @@ class Session:
     def close(self) -> None:
         self.ring.close()
 
+    def refused(self) -> dict[str, int]:
+        """The events the full ring refused so far, by what they carried
+        (bpf/streams.bpf.c zl_st_refused): data pieces (their bytes show as
+        lost) and new connections' descriptions (each told again at a later
+        call; those retries are not counted)."""
+        out: dict[str, int] = {}
+        for kind, name in ((DATA, "data"), (CONN, "described")):
+            value = self._refused.get((kind,))
+            if value and value[0]:
+                out[name] = value[0]
+        return out
+
     def _ends_missed(self) -> list[tuple]:
         """The ends the program could not put in a full ring (bpf/streams.bpf.c
         zl_st_ends_missed), taken out, oldest first, as (time, connection,
@@ -150,6 +163,9 @@ class Session:
         if kind in (CONN, LINK):
             if kind == CONN:  # tracked anew: its offsets start at 0
                 self._next[(conn, 0)] = self._next[(conn, 1)] = 0
+            else:  # the same, when its CONN found the ring full (told again)
+                self._next.setdefault((conn, 0), 0)
+                self._next.setdefault((conn, 1), 0)
             flags, family, lport, rport, laddr, raddr, comm = _DESCRIBED.unpack_from(
                 view, at + _COMMON.size)
             self.tracker.describe(conn, pid=tgid, comm=comm.split(b"\0", 1)[0].decode(
@@ -177,7 +193,7 @@ class Session:
                 # from 0, unless a call of the child's came first and made the
                 # entry itself (then its CONN follows in the ring).
                 with contextlib.suppress(OSError):  # it exists, or the map is full
-                    self._conns.set(child, (0, 0, 0), bpfsys.BPF_NOEXIST)
+                    self._conns.set(child, (0, 0, 0, 1), bpfsys.BPF_NOEXIST)
                     self._next[(child, 0)] = self._next[(child, 1)] = 0
 
     def _lost_at_end(self, conn: tuple, seen_in: int, seen_out: int, ts: int) -> None:
