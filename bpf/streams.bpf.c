@@ -39,6 +39,8 @@ _Static_assert((ZL_ST_PIECE & (ZL_ST_PIECE - 1)) == 0, "ZL_ST_PIECE is a power o
 const volatile struct {
 	__u32 self;
 	__u32 filter_pids;
+	__u32 filter_cgroups; /* zl_st_cgroups holds some: look the caller's up */
+	__u32 pad;
 } zl_st_config = {};
 
 /* Map sizes the loader sets for each load (bpf_map__set_max_entries): the
@@ -149,6 +151,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } zl_st_pids SEC(".maps");
+/* the cgroups selected (--cgroup) and those below them, by id (the cgroup
+ * v2 directory's inode number), kept by userspace */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u8);
+} zl_st_cgroups SEC(".maps");
 /* Plaintext sockets whose calls did not look like HTTP or an event stream,
  * ZL_ST_IGNORE_AFTER of them while untracked: a database's, a cache's, a TLS
  * connection's ciphertext. From then on their calls cost one lookup, not
@@ -273,8 +283,16 @@ static __always_inline int zl_st_watched(__u32 tgid)
 {
 	if (tgid == zl_st_config.self)
 		return 0;
-	if (zl_st_config.filter_pids && !bpf_map_lookup_elem(&zl_st_pids, &tgid))
-		return 0;
+	if (zl_st_config.filter_pids && !bpf_map_lookup_elem(&zl_st_pids, &tgid)) {
+		__u64 cgroup;
+
+		if (!zl_st_config.filter_cgroups)
+			return 0;
+		/* a selected cgroup's process is watched from its first call:
+		 * one started there is never waited for */
+		cgroup = bpf_get_current_cgroup_id();
+		return bpf_map_lookup_elem(&zl_st_cgroups, &cgroup) != NULL;
+	}
 	return 1;
 }
 

@@ -46,6 +46,7 @@ static long (*const bpf_map_delete_elem)(void *map, const void *key) = (void *)3
 static __u64 (*const bpf_get_current_pid_tgid)(void) = (void *)14;
 static __u64 (*const bpf_get_current_uid_gid)(void) = (void *)15;
 static __u64 (*const bpf_get_current_task)(void) = (void *)35;
+static __u64 (*const bpf_get_current_cgroup_id)(void) = (void *)80;
 static long (*const bpf_probe_read_user)(void *dst, __u32 size, const void *src) = (void *)112;
 static long (*const bpf_probe_read_kernel)(void *dst, __u32 size, const void *src) = (void *)113;
 static long (*const bpf_probe_read_kernel_str)(void *dst, __u32 size,

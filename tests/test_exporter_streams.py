@@ -211,3 +211,33 @@ def test_a_stalled_observer_is_logged_and_scraped_stale(tmp_path):
     stood = float(again[0].split("standing still for ")[1].split(" s")[0])
     assert 7 <= stood <= 20, again
     assert "Traceback" not in err
+
+
+def test_the_configurations_selection_counts_only_that_port(tmp_path):
+    """[streams] ports = [PORT]: the mock serving PORT is counted, the one
+    on another port is not, and the exporter says what it selected."""
+    from support.ports import free_ports
+
+    chosen, other, listen = free_ports(3)
+    conf = tmp_path / "zerolayer.toml"
+    conf.write_text(f'[exporter]\nport = {listen}\n\n[streams]\nenabled = true\n'
+                    f'ports = [{chosen}]\n')
+    prompt = f"zl-private-prompt-{uuid.uuid4().hex}"
+    with lab.mock_server(tmp_path, chosen), lab.mock_server(tmp_path, other), \
+            lab.exporter("--config", str(conf)) as (proc, url):
+        before = scrape(url)
+        lab.run_client("openai", f"http://127.0.0.1:{chosen}", prompt)
+        lab.run_client("openai", f"http://127.0.0.1:{other}", prompt)
+        end = time.monotonic() + 15
+        while total(scrape(url), "zerolayer_streams_total", side="server") < 1 \
+                and time.monotonic() < end:
+            time.sleep(0.2)
+        time.sleep(3)  # anything late comes in
+        after = scrape(url)
+        assert added(before, after, "zerolayer_streams_total", side="server", status="done") == 1
+        # the client on CHOSEN is taken only if a scan saw its socket: at most one more
+        assert added(before, after, "zerolayer_streams_total") <= 2
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert f"observing token streams of the processes of port {chosen}" in err

@@ -73,6 +73,12 @@ def test_every_key(tmp_path):
 
         [service]
         detach_on_stop = true
+
+        [streams]
+        enabled = true
+        ports = [8000, "9000-9010"]
+        exes = ["*/vllm"]
+        cgroups = ["system.slice/litellm.service"]
     """))
     first, second = got.interfaces
     assert first.ports == (9977, 9978)  # a set, sorted
@@ -83,6 +89,8 @@ def test_every_key(tmp_path):
     assert got.exporter.listen == "[::1]:9500"
     assert got.detach_on_stop is True
     assert got.namespaces() == {"lab", None}
+    assert got.streams == config.Streams(True, 1000, 10000, ((8000, 8000), (9000, 9010)),
+                                         ("*/vllm",), ("system.slice/litellm.service",))
 
 
 def test_a_tuning_profile_path_is_taken_from_the_files_directory(tmp_path):
@@ -124,6 +132,11 @@ def test_a_tuning_profile_path_is_taken_from_the_files_directory(tmp_path):
     ('[tuning]\nprofile = "nope"\n', 2, "tuning.profile: no profile named 'nope'"),
     ('[exporter]\naddress = "localhost"\n', 2, "exporter.address: 'localhost' is not a numeric"),
     ('[exporter]\nport = 65536\n', 2, "exporter.port: 65536 is not a TCP port"),
+    ('[streams]\nports = [0]\n', 2, "streams.ports[1]: 0: ports are 1 to 65535"),
+    ('[streams]\nports = ["http"]\n', 2, "streams.ports[1]: http is not a port"),
+    ('[streams]\nports = 8000\n', 2, "streams.ports: must be a list of ports"),
+    ('[streams]\nexes = [1]\n', 2, "streams.exes: must be a list of strings"),
+    ('[streams]\ncgroup = ["a"]\n', 2, "streams.cgroup: unknown key (did you mean cgroups?)"),
     # TOML itself
     ('[[interface]]\nname = "a"\nports = [9977\n', 4, "Unclosed array"),
     ('[[interface]]\nname = eth0\n', 2, "Invalid value"),

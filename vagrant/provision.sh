@@ -81,6 +81,7 @@ PROMTOOL_DIR=/opt/zerolayer/prometheus
 if [ ! -x "$PROMTOOL_DIR/usr/bin/promtool" ]; then
     apt_update
     deb_dir="$(mktemp -d)"
+    mkdir -p "$PROMTOOL_DIR"  # dpkg-deb -x makes no parent: a fresh machine has no /opt/zerolayer yet
     # three tries: a mirror's transient failure left a fresh machine without
     # it; none more where there is no network at all (the VM rig's guests)
     for try in 1 2 3; do

@@ -3,6 +3,7 @@
 both for every interface with pins under /sys/fs/bpf/zerolayer/ (or, with
 --netns, those of one namespace)."""
 
+import dataclasses
 import sys
 
 import click
@@ -55,7 +56,7 @@ def exporter(ctx, listen, config_path, once, with_streams, netns, as_json):
         config = load_config(ctx, config_path)
         listen = config.exporter.listen
         if config.streams.enabled or with_streams:
-            streams = Streams(True, config.streams.stall_ms, config.streams.max_streams)
+            streams = dataclasses.replace(config.streams, enabled=True)
     if once and as_json:
         raise click.UsageError("--once prints the Prometheus text format; for the same "
                                "reads as JSON run `zerolayer top --json --count 1`")

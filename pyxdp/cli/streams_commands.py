@@ -23,10 +23,48 @@ class PidParam(click.ParamType):
         return pid
 
 
+class PortsParam(click.ParamType):
+    """A TCP port or an inclusive range of them: 8000, 8000-8010."""
+
+    name = "PORT[-PORT]"
+
+    def convert(self, value, param, ctx):
+        from pyxdp.streams.selection import parse_port_range
+
+        try:
+            return parse_port_range(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class CgroupParam(click.ParamType):
+    """A cgroup v2 directory, as systemd names it (system.slice/x.service)."""
+
+    name = "CGROUP"
+
+    def convert(self, value, param, ctx):
+        from pyxdp.errors import ZerolayerError
+        from pyxdp.streams.selection import cgroup_dir
+
+        try:
+            return cgroup_dir(str(value))
+        except ZerolayerError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @click.command()
 @click.option("--pid", "pids", type=PidParam(), multiple=True,
-              help="Watch only process PID (repeatable): its uprobes go into it alone, and "
-                   "the kernel filters its syscalls. Default: every process.")
+              help="Watch process PID (repeatable).")
+@click.option("--port", "ports", type=PortsParam(), multiple=True,
+              help="Watch the processes with a TCP socket on PORT, local or remote "
+                   "(repeatable; a range: 8000-8010): a server listening there, a client "
+                   "connecting there.")
+@click.option("--exe", "exes", multiple=True, metavar="GLOB",
+              help="Watch the processes whose executable's path matches GLOB (repeatable; "
+                   "'*/vllm').")
+@click.option("--cgroup", "cgroups", type=CgroupParam(), multiple=True,
+              help="Watch the processes in CGROUP and the cgroups below it (repeatable; "
+                   "system.slice/litellm.service, a container's cgroup).")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per stream on stdout when it ends, and one per stream "
                    "still open at exit (\"status\": \"open\"), instead of the table.")
@@ -39,15 +77,21 @@ class PidParam(click.ParamType):
 @click.option("--max-streams", type=click.IntRange(1), default=10000, show_default=True,
               metavar="N", help="Streams tracked at most; the least recently active one is "
                                 "evicted, and counted, beyond.")
-def streams(pids, as_json, count, duration, stall_ms, max_streams):
+def streams(pids, ports, exes, cgroups, as_json, count, duration, stall_ms, max_streams):
     """Time to first chunk, chunk gaps and status of every OpenAI- and
     Anthropic-compatible token stream on the host, plaintext and TLS.
+
+    --pid, --port, --exe and --cgroup select what is watched (a union; a
+    selected process's children follow it): their uprobes go into the
+    selected processes alone, and the kernel's programs return at once for
+    the others. Default: every process.
 
     Ctrl-C, SIGINT or SIGTERM end it, removing every probe it placed."""
     from pyxdp.cli.render import emit_json
     from pyxdp.kernel.privileges import require_bpf_admin
     from pyxdp.kernel.signals import stop_on_signals
     from pyxdp.streams import missed, table, watch
+    from pyxdp.streams.selection import Selection
 
     require_bpf_admin("zerolayer streams")
     note = lambda line: click.echo(f"zerolayer streams: {line}", err=True)  # noqa: E731
@@ -63,16 +107,22 @@ def streams(pids, as_json, count, duration, stall_ms, max_streams):
             del ended[:-200]
 
     tty = sys.stdout.isatty()
-    with stop_on_signals() as stop, watch.Watch(pids, stall_ms, max_streams,
-                                                      on_note=note) as w:
+    selection = Selection(pids=tuple(pids), ports=tuple(ports), exes=tuple(exes),
+                          cgroups=tuple(cgroups))
+    with stop_on_signals() as stop, watch.Watch(stall_ms=stall_ms, max_streams=max_streams,
+                                                on_note=note, selection=selection) as w:
         def draw() -> None:
             text = table.render(ended + w.open_streams(), w.tracker.counters, watch.NOT_SEEN)
             sys.stdout.write("\x1b[H\x1b[J" + text)
             sys.stdout.flush()
 
-        who = "process " + ", ".join(map(str, sorted(set(pids)))) if pids else "every process"
-        note(f"watching {who}; TLS libraries probed: {len(w.probes.libraries)}; "
-             "Ctrl-C ends")
+        cost = ("" if not selection.everything else
+                "; every process's reads and writes run its tracepoint programs, and every "
+                "process mapping a probed TLS library takes a uprobe trap per TLS call "
+                "(`zerolayer bench --section streams` measures both): --port, --exe, "
+                "--cgroup or --pid select")
+        note(f"watching {selection.describe()}; TLS libraries probed: "
+             f"{len(w.probes.libraries)}; Ctrl-C ends{cost}")
         w.run(stop, emit, duration=duration, count=count,
               tick=draw if (tty and not as_json) else None)
         still_open = w.open_streams()

@@ -29,7 +29,7 @@ _INTERFACE = ("name", "match", "netns", "ports", "on_malformed", "mode", "flows"
 _MATCH = ("name", "driver")
 _TUNING = ("profile", "interfaces", "netns", "strict", "state_dir")
 _EXPORTER = ("address", "port")
-_STREAMS = ("enabled", "stall_ms", "max_streams")
+_STREAMS = ("enabled", "stall_ms", "max_streams", "ports", "exes", "cgroups")
 _SERVICE = ("detach_on_stop",)
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -89,6 +89,10 @@ class Streams:
     enabled: bool = False
     stall_ms: int = 1000
     max_streams: int = 10000
+    # the selection (`zerolayer streams --port/--exe/--cgroup`): empty, every process
+    ports: tuple[tuple[int, int], ...] = ()
+    exes: tuple[str, ...] = ()
+    cgroups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -357,4 +361,27 @@ class _Checker:
         max_streams = self.typed(data, where, "max_streams", int, default.max_streams)
         if not 1 <= max_streams <= 1_000_000:
             raise self.error(where + ("max_streams",), f"{_show(max_streams)}: use 1 to 1000000")
-        return Streams(self.typed(data, where, "enabled", bool, default.enabled), stall_ms, max_streams)
+        ports = tuple(self._port_range(where + ("ports", i), p)
+                      for i, p in enumerate(self._strings_or_ints(data, where, "ports")))
+        exes = tuple(self._strings_or_ints(data, where, "exes", strings_only=True))
+        cgroups = tuple(self._strings_or_ints(data, where, "cgroups", strings_only=True))
+        return Streams(self.typed(data, where, "enabled", bool, default.enabled), stall_ms,
+                       max_streams, ports, exes, cgroups)
+
+    def _strings_or_ints(self, data: dict, where: tuple, key: str,
+                         strings_only: bool = False) -> list:
+        value = data.get(key, [])
+        kinds = (str,) if strings_only else (str, int)
+        if not isinstance(value, list) or not all(
+                isinstance(v, kinds) and not isinstance(v, bool) and v != "" for v in value):
+            what = "strings" if strings_only else "ports (8000) or ranges (\"8000-8010\")"
+            raise self.error(where + (key,), f"must be a list of {what}")
+        return value
+
+    def _port_range(self, where: tuple, value) -> tuple[int, int]:
+        from pyxdp.streams.selection import parse_port_range
+
+        try:
+            return parse_port_range(str(value))
+        except ValueError as exc:
+            raise self.error(where, str(exc)) from None

@@ -6,6 +6,7 @@ served at each scrape."""
 import threading
 
 from pyxdp.streams.metrics import StreamMetrics
+from pyxdp.streams.selection import Selection, cgroup_dir
 from pyxdp.streams.watch import NOT_SEEN, Watch
 from pyxdp.streams.watchdog import Watchdog
 
@@ -20,14 +21,16 @@ class ObserverThread:
 
     def __init__(self, options, log) -> None:
         self.metrics = StreamMetrics(counters=self._counters, health=self._health)
+        selection = Selection(ports=options.ports, exes=options.exes,
+                              cgroups=tuple(cgroup_dir(c) for c in options.cgroups))
         self._watch = Watch(stall_ms=options.stall_ms, max_streams=options.max_streams,
-                            metrics=self.metrics, on_note=log)
+                            metrics=self.metrics, on_note=log, selection=selection)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zerolayer-streams", daemon=True)
         self._log = log
         self._thread.start()
         self._watchdog = Watchdog(self._watch.heartbeat, self._thread.is_alive, log)
-        log(f"observing token streams of every process; {NOT_SEEN}")
+        log(f"observing token streams of {selection.describe()}; {NOT_SEEN}")
 
     def _counters(self) -> dict:
         """The tracker's counters, read at a scrape."""

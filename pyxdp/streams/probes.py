@@ -16,6 +16,7 @@ the uprobes go on the OpenSSL files processes really map, and with --pid
 only into those processes.
 """
 
+import contextlib
 import ctypes
 import functools
 import mmap
@@ -100,14 +101,16 @@ TABLES = {
     "zl_st_bio_threads": ("=Q", "=Qq"),
     "zl_st_ends_missed": (KEY, "=QQQQ"),  # ts, off, aux, flags
     "zl_st_pids": ("=I", "=B"),
+    "zl_st_cgroups": ("=Q", "=B"),
     "zl_st_tls_scratch": ("=Q", f"={EVENT.size}s"),
     "zl_st_refused": ("=I", "=Q"),  # by event kind: the ring was full
 }
 # Maps sized by --max-streams, at each load.
 CONN_MAPS = ("zl_st_conns", "zl_st_ignored", "zl_st_ssl_fds", "zl_st_fd_ssls", "zl_st_procs")
 RING = "zl_st_events"
-# const volatile zl_st_config (bpf/streams.bpf.c): our pid, whether only zl_st_pids is watched
-CONFIG = struct.Struct("=II")
+# const volatile zl_st_config (bpf/streams.bpf.c): our pid, whether only zl_st_pids is
+# watched, whether the processes of zl_st_cgroups are too
+CONFIG = struct.Struct("=IIII")
 
 
 def build_flags() -> tuple[str, ...]:
@@ -154,8 +157,22 @@ class Probes:
     """The loaded program and every probe it has in place; close() removes
     them all."""
 
-    def __init__(self, pids: Iterable[int] = (), max_conns: int = 20000):
+    def __init__(self, pids: Iterable[int] = (), max_conns: int = 20000,
+                 selective: bool | None = None, per_process: bool | None = None,
+                 cgroups: bool = False):
+        """PIDS are watched alone when SELECTIVE (default: when any is
+        given); select() adds more. PER_PROCESS (default: SELECTIVE) puts
+        the uprobes into the selected processes alone; otherwise a library
+        only root can write gets them host-wide, and the program returns at
+        once in a process not selected: a child forked by a selected
+        process (a gateway's per-connection child) is then seen from its
+        first call, which a uprobe placed into it after its fork would miss.
+        CGROUPS: the processes of the cgroups select_cgroups() names are
+        watched too, the kernel looking each call's cgroup up."""
         self.pids = sorted(set(pids))
+        self.selective = bool(self.pids) if selective is None else selective
+        self.per_process = self.selective if per_process is None else per_process
+        self._pids_full = False
         self.perf_fds: list[int] = []  # every uprobe's perf event
         self.attached: set[tuple[int, int, int]] = set()  # (dev, inode, pid or -1)
         self.libraries: dict[tuple[int, int], str] = {}  # (dev, inode): a path it was mapped by
@@ -176,11 +193,53 @@ class Probes:
             OBSERVER_BUILD, UPROBE_PROGRAMS[0], also=(*UPROBE_PROGRAMS[1:], *TRACEPOINT_PROGRAMS),
             attach=True, maps={name: name for name in (*TABLES, RING)},
             sizes={**dict.fromkeys(CONN_MAPS, max_conns), RING: RING_PAGES * mmap.PAGESIZE},
-            rodata=CONFIG.pack(os.getpid(), int(bool(self.pids))))
+            rodata=CONFIG.pack(os.getpid(), int(self.selective), int(cgroups), 0))
         self.tables = {name: Table(self.loaded.map_fds[name], *TABLES[name]) for name in TABLES}
         self.ring_fd = self.loaded.map_fds[RING]
         for pid in self.pids[:MAX_PIDS]:
             self.tables["zl_st_pids"].set((pid,), (1,))
+
+    def select(self, pids: Iterable[int]) -> list[int]:
+        """Watch PIDS as well (the kernel's map, and their own uprobes at
+        the next scan); the kernel adds a watched process's children
+        itself. Returns those new here."""
+        table = self.tables["zl_st_pids"]
+        added = [pid for pid in sorted(set(pids) - set(self.pids))]
+        for pid in added:
+            try:
+                table.set((pid,), (1,))
+            except OSError:  # the map is full: said once
+                if not self._pids_full:
+                    self._pids_full = True
+                    self.notes.append(f"more than {MAX_PIDS} processes selected: the rest "
+                                      "are not watched")
+                added = added[:added.index(pid)]
+                break
+        self.pids = sorted({*self.pids, *added})
+        return added
+
+    def select_cgroups(self, ids: Iterable[int]) -> None:
+        """The cgroups (by id) whose processes are watched, as they are now."""
+        table = self.tables["zl_st_cgroups"]
+        ids = set(ids)
+        for (old,) in table.keys():
+            if old not in ids:
+                table.delete((old,))
+        for cgroup in ids:
+            with contextlib.suppress(OSError):  # more than 1024: the rest unwatched
+                table.set((cgroup,), (1,))
+
+    def watched_pids(self) -> set[int]:
+        """The processes the kernel watches: those selected, and the
+        children it added at their forks."""
+        return {k[0] for k in self.tables["zl_st_pids"].keys()}
+
+    def unselect(self, pids: Iterable[int]) -> None:
+        """PIDS have ended: out of the kernel's map, to keep it from filling."""
+        gone = set(pids)
+        for pid in gone:
+            self.tables["zl_st_pids"].delete((pid,))
+        self.pids = [p for p in self.pids if p not in gone]
 
     def scan(self, pid_list: Iterable[int] | None = None) -> int:
         """Put uprobes on the TLS libraries the processes of PID_LIST
@@ -188,8 +247,8 @@ class Probes:
         host-wide on a file only root may write, else (and with --pid) into
         each process that maps it. Returns how many libraries got them."""
         if pid_list is None:
-            pid_list = self.pids or libraries.pids()
-        if self.pids:
+            pid_list = self.pids if self.selective else libraries.pids()
+        if self.selective:
             pid_list = [p for p in pid_list if p in self.pids]
         placed = 0
         for key, maps in libraries.scan(pid_list).items():
@@ -232,7 +291,7 @@ class Probes:
                              "it defines none of " + ", ".join(library.symbols()))
                 return False
             why = mapped_file.owner_note(opened.st)
-            targets = [m.pid for m in maps] if why or self.pids else [-1]
+            targets = [m.pid for m in maps] if why or self.per_process else [-1]
             placed = False
             for pid in targets:
                 try:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 
 from pyxdp.kernel.signals import ClosedOnExit
 from pyxdp.streams import libraries, probes, session
+from pyxdp.streams.selection import Selection, cgroup_ids
 from pyxdp.streams.tracker import StreamTracker
 from pyxdp.streams.watchdog import Heartbeat
 
@@ -26,17 +27,24 @@ def monotonic_ns() -> int:
 
 
 class Watch(ClosedOnExit):
-    """Streams of every process, or of PIDS only."""
+    """Streams of every process, or of those SELECTION takes (PIDS: a
+    selection by pid alone)."""
 
     def __init__(self, pids: Iterable[int] = (), stall_ms: int = 1000, max_streams: int = 10000,
-                 metrics=None, on_note: Callable[[str], None] | None = None):
+                 metrics=None, on_note: Callable[[str], None] | None = None,
+                 selection: Selection | None = None):
         """ON_NOTE gets each line the probes have to say (a library refused,
         or probed only in the processes that map it), once, as it is found."""
+        self.selection = selection or Selection(pids=tuple(pids))
         self._on_note = on_note
         self._noted = 0
         self.heartbeat = Heartbeat()  # beaten every turn of run(), for a watchdog
         self.tracker = StreamTracker(stall_ms=stall_ms, max_streams=max_streams, metrics=metrics)
-        self.probes = probes.Probes(pids, max_conns=2 * max_streams)
+        everything = self.selection.everything
+        only_pids = not everything and self.selection == Selection(pids=self.selection.pids)
+        self.probes = probes.Probes(() if everything else self.selection.matching(libraries.pids()),
+                                    max_conns=2 * max_streams, selective=not everything,
+                                    per_process=only_pids, cgroups=bool(self.selection.cgroups))
         try:
             self.session = session.Session(self.probes, self.tracker, max_conns=2 * max_streams)
             self._seen: set[int] = set()
@@ -48,10 +56,15 @@ class Watch(ClosedOnExit):
 
     def scan(self) -> None:
         """Uprobes on the TLS libraries of processes not seen before (of
-        all of them every FULL_SCAN_EVERY scans; with --pid, of those few
-        every time, as they may load OpenSSL late)."""
+        all of them every FULL_SCAN_EVERY scans; under a selection, of the
+        selected every time, as they may load OpenSSL late). Under a
+        selection, the processes it takes now are added first (a port
+        opened, an executable started), with the children the kernel
+        added, and those ended are let go."""
         now = set(libraries.pids())
-        every = self._scans % FULL_SCAN_EVERY == 0 or self.probes.pids
+        if self.probes.selective:
+            self._select(now)
+        every = self._scans % FULL_SCAN_EVERY == 0 or self.probes.selective
         fresh = now if every else now - self._seen
         self._scans += 1
         self._seen = now
@@ -61,6 +74,17 @@ class Watch(ClosedOnExit):
             for line in notes[self._noted:]:
                 self._on_note(line)
         self._noted = len(notes)
+
+    def _select(self, now: set[int]) -> None:
+        if self.selection.cgroups:  # a cgroup made below one selected
+            self.probes.select_cgroups(cgroup_ids(self.selection.cgroups))
+        watched = self.probes.watched_pids()
+        self.probes.unselect(watched - now)
+        # ports are opened by running processes, and a process may exec a
+        # selected executable: all are looked at again, now and then
+        again = self.selection.ports or self._scans % FULL_SCAN_EVERY == 0  # (an exec, too)
+        fresh = now if again else now - self._seen
+        self.probes.select(self.selection.matching(fresh) | (watched & now))
 
     def run(self, stop: threading.Event, emit: Callable[[dict], None], *,
             duration: float | None = None, count: int | None = None,

@@ -55,13 +55,20 @@ def _clang() -> str:
         "run `bash vagrant/provision.sh` (or `apt-get install clang`)")
 
 
+# Every build's own flags, part of its key. An undeclared helper would
+# become an extern that libbpf cannot open the object for: an error here,
+# naming it, instead.
+_CLANG_FLAGS = ("-O2", "-g", "-target", "bpf", "-Wall", "-Wno-unused-function",
+                "-Werror=implicit-function-declaration")
+
+
 def _key(source_dir, source: str, flags: list[str]) -> str:
     """What went in: the flags, and every C file of SOURCE_DIR and of the
     include directories the flags name (under them too), by name and
     content, not by where they are: the same sources installed elsewhere
     (another venv, a VM's) make the same key."""
     digest = hashlib.sha256()
-    digest.update("\0".join(f for f in flags if not f.startswith("-I")).encode())
+    digest.update("\0".join([*_CLANG_FLAGS, *(f for f in flags if not f.startswith("-I"))]).encode())
     dirs = dict.fromkeys([Path(source_dir), *(Path(f[2:]) for f in flags if f.startswith("-I"))])
     for directory in dirs:
         if str(directory) == _MULTIARCH_INCLUDE:
@@ -85,8 +92,8 @@ def _compile(clang: str, source_path: str, flags: list[str], log_path: str) -> b
     """Compile into a private temporary directory; the object's bytes."""
     with tempfile.TemporaryDirectory(prefix="zerolayer-clang-") as tmp:
         out = os.path.join(tmp, "prog.o")
-        cmd = [clang, "-O2", "-g", "-target", "bpf", "-Wall", "-Wno-unused-function",
-               f"-I{_MULTIARCH_INCLUDE}", *flags, "-c", source_path, "-o", out]
+        cmd = [clang, *_CLANG_FLAGS, f"-I{_MULTIARCH_INCLUDE}", *flags, "-c", source_path,
+               "-o", out]
         with open(log_path, "ab") as log:
             done = subprocess.run(cmd, stdout=log, stderr=log, check=False)
         if done.returncode != 0:

@@ -69,12 +69,14 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def exporter():
-    """`zerolayer exporter --streams` on a free port of loopback, as
-    (its process, its /metrics URL); its session killed at the end (a
-    test that wants a clean exit signals it first), its stderr left to read."""
-    proc = subprocess.Popen([ZEROLAYER, "exporter", "--streams", "--listen", "127.0.0.1:0",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def exporter(*args: str):
+    """`zerolayer exporter --streams` on a free port of loopback (or ARGS
+    instead of --listen: a --config), as (its process, its /metrics URL);
+    its session killed at the end (a test that wants a clean exit signals
+    it first), its stderr left to read."""
+    proc = subprocess.Popen([ZEROLAYER, "exporter", "--streams",
+                             *(args or ("--listen", "127.0.0.1:0")), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         line = proc.stdout.readline()
