@@ -581,3 +581,29 @@ def test_any_bytes_in_any_order_never_raise_and_the_books_balance(calls, max_str
     assert all(s["lost_bytes"] == 0 for s in finished if s["status"] != "incomplete")
     json.dumps(finished)
     m.render()
+
+
+def test_binary_bytes_that_begin_like_an_event_stream_are_no_stream():
+    """A connection joined mid-way whose bytes start like an event stream
+    (`: `, `id:`, `data:`) but never make a well-formed event, a binary
+    protocol's frames: no record, counted; a real one joined mid-way is."""
+    import os
+
+    tr = StreamTracker()
+    frames = [b": \x00\x00\x01\x10" + os.urandom(200), b"id:\x07\x00" + os.urandom(300),
+              b"data:\x00\xff\xfe" + os.urandom(64)]
+    for i, first in enumerate(frames):
+        conn = (50 + i, 3)
+        tr.data(conn, True, first, MS)
+        for j in range(20):
+            tr.data(conn, True, os.urandom(100).replace(b"\n", b"\x01"), (j + 2) * MS)
+        assert tr.open_streams() == []
+        tr.closed(conn, 30 * MS)
+    assert tr.pop_finished() == [] and tr.counters["unconfirmed"] == len(frames)
+    real = (60, 3)
+    for i, p in enumerate(openai_events(tuple("abc"))[1:]):  # after the role's event
+        tr.data(real, True, p, (i + 1) * MS)
+    tr.closed(real, 10 * MS)
+    [got] = tr.pop_finished()
+    assert (got["chunks"], got["status"]) == (3, "done")
+    assert tr.counters["unconfirmed"] == len(frames)

@@ -16,6 +16,9 @@ def lines(counters: dict, ends_missed: int, behind: int, failures: dict[str, int
         out.append(f"{c['evicted']} streams were evicted to stay within --max-streams "
                    f"({c['evicted_client']} client, {c['evicted_server']} server): not "
                    "reported, their connections ignored until closed")
+    if c.get("unconfirmed"):
+        out.append(f"{c['unconfirmed']} connections joined mid-way looked like an event stream "
+                   "but gave no well-formed event (a binary protocol): not reported")
     if c["lost_bytes"]:
         out.append(f"{c['lost_bytes']} bytes never reached the observer (a call longer than it "
                    "copies, or the ring full): the streams they belonged to are incomplete")

@@ -41,7 +41,7 @@ class _Stream:
 
     __slots__ = ("side", "api", "model", "model_from_stream", "events", "chunks", "tokens",
                  "base_ns", "first_ns", "last_chunk_ns", "last_ns", "start_ns", "gaps", "stalls",
-                 "status", "end", "http_status", "lost", "labels")
+                 "status", "end", "http_status", "lost", "labels", "midway")
 
     def __init__(self, side: str, api: str | None, model: str | None, base_ns: int | None,
                  start_ns: int) -> None:
@@ -64,6 +64,9 @@ class _Stream:
         self.http_status: int | None = None
         self.lost = 0
         self.labels: tuple | None = None  # metric labels, cached until api or model change
+        # joined mid-way (no response head seen): a stream only once a
+        # well-formed event comes; a binary protocol's bytes never make one
+        self.midway = False
 
     def __repr__(self) -> str:
         return f"<stream {self.side} {self.api} {self.status} chunks={self.chunks}>"
@@ -143,7 +146,7 @@ class StreamTracker:
             "streams_done", "streams_cancelled", "streams_error", "streams_incomplete",
             "evicted", "evicted_client", "evicted_server", "reports_dropped",
             "http2", "compressed", "upgraded", "skipped_bytes", "lost_bytes", "resyncs",
-            "malformed_events", "oversized_events", "comments")}
+            "malformed_events", "oversized_events", "comments", "unconfirmed")}
         self._events = self._chunks = 0  # (attributes: counted at every event)
 
     def __repr__(self) -> str:
@@ -275,7 +278,7 @@ class StreamTracker:
         out: list[dict] = []
         for c in self._conns.values():
             out.extend(self._report(c, s, t_ns if t_ns is not None else s.last_ns)
-                       for s in _open_of(c))
+                       for s in _open_of(c) if not s.midway)
         return out
 
     @property
@@ -384,6 +387,8 @@ class StreamTracker:
         self._events += 1
         s.events += 1
         s.last_ns = t
+        if s.midway and not flags & api_events.MALFORMED:
+            s.midway = False
         if flags:
             if flags & api_events.MALFORMED:
                 self._c["malformed_events"] += 1
@@ -483,6 +488,7 @@ class StreamTracker:
             side = "server" if outgoing else "client"
             s = _Stream(side, r.api if r else None, r.model if r else None,
                         r.end_ns if r else None, t)
+            s.midway = status is None and r is None
             self._open += 1
         s.http_status = status
         s.last_ns = t
@@ -501,6 +507,11 @@ class StreamTracker:
         c.reqs.clear()
 
     def _finish(self, c: _Conn, s: _Stream, t: int, status: str, end: str) -> None:
+        if s.midway:  # joined mid-way, and no well-formed event: not a stream
+            s.status, s.end = status, end
+            self._open -= 1
+            self._c["unconfirmed"] += 1
+            return
         if s.lost:
             status = "incomplete"  # whatever it looked like, bytes of it never reached us
         s.status, s.end = status, end
