@@ -53,11 +53,15 @@ def test_the_report_has_every_key(streams_run):
             figs = s[transport][key]
             for fig in (figs.values() if key in BY_ARM else [figs]):
                 assert_figure(fig, ROUNDS)
+    outside = [f"{k}_outside_{o}_ratio" for k in ("write", "ssl") for o in ("port", "pid")]
     assert list(s["idle_process"]) == ["write_ns", "write_ratio", "write_floor_ratio", "ssl_ns",
                                        "ssl_ratio", "ssl_floor_ratio", "bare_calls_per_turn",
-                                       "uprobe_hit_us"]
-    for key in ("write_floor_ratio", "ssl_floor_ratio"):
+                                       *outside, "uprobe_hit_us"]
+    for key in ("write_floor_ratio", "ssl_floor_ratio", *outside):
         assert_figure(s["idle_process"][key], ROUNDS)
+    # outside --pid the SSL loop takes no uprobe trap: far below the loop watched
+    idle = s["idle_process"]
+    assert idle["ssl_outside_pid_ratio"]["median"] < idle["ssl_outside_port_ratio"]["median"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "starting zerolayer streams --json" in progress
 

@@ -77,10 +77,11 @@ def _command() -> list[str]:
 
 
 class Observer:
-    """`zerolayer streams --json`, started and ready (its probes placed)."""
+    """`zerolayer streams --json [ARGS]`, started and ready (its probes placed)."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([*_command(), "streams", "--json"], stdout=subprocess.PIPE,
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([*_command(), "streams", "--json", *args],
+                                     stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.pid = self.proc.pid
         self.streams: list[dict] = []

@@ -15,7 +15,11 @@ phases per transport:
 And two loops of a process that streams nothing (pyxdp/bench/streams/
 loops.py): send/recv on a TCP connection, and the same through OpenSSL;
 plus the bare cost of a uprobe here (a program that only counts, on the
-same OpenSSL functions, in that process alone).
+same OpenSSL functions, in that process alone). The loops run once more
+outside a selection (OUTSIDE), the observer selecting the SSE server,
+which maps the same OpenSSL: by its TLS port (`--port`: the uprobes go
+host-wide and return at once in the loop process) and by its pid
+(`--pid`: the uprobes go into the server alone).
 
 Each round runs every measurement twice, without and with the observer
 (`zerolayer streams --json`, a process of its own, every process watched,
@@ -55,6 +59,8 @@ SETTLE_S = 10.0  # how long the observer may take to report a run's streams
 ALONE_S = 180.0  # how long an arm waits for another observer on the host to end
 EDGE_S = 0.3  # a paced run's steady part leaves out this much after its start and before its end
 PER_CALL_ALLOWANCE_US = 2.0  # the issue's "+ 2 us" per chunk over TLS
+# The selections the loop process is left out of (zerolayer streams --port, --pid).
+OUTSIDE = ("port", "pid")
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,25 @@ def _loops(loop, plan: Plan, bare_pid: int | None) -> dict:
     return out
 
 
+def _outside(workers: dict, ports: dict, kind: str, plan: Plan) -> dict:
+    """The loops while `zerolayer streams` selects the SSE server instead
+    (KIND: by its TLS port, or by its pid), which maps the same OpenSSL as
+    the loop process: CPU ns per turn, as write_port_ns, ssl_port_ns (or
+    _pid_)."""
+    from pyxdp.bench.streams.observer import Observer
+
+    if kind == "port":
+        args = ["--port", str(ports["tls"])]
+    else:
+        args = ["--pid", str(workers["server"].proc.pid)]
+    observer = Observer(*args)
+    try:
+        return {f"{k.split('_')[0]}_{kind}_ns": v
+                for k, v in _loops(workers["loop"], plan, None).items()}
+    finally:
+        observer.stop()
+
+
 def _floor(workers: dict, ports: dict, plan: Plan) -> tuple[dict, float]:
     """The plaintext flood and the send/recv loop under the bare tracepoints
     (one load of them): the run, and the loop's CPU ns per turn."""
@@ -309,6 +334,10 @@ def measure(plan: Plan, progress: Progress) -> dict:
                                  "and the send/recv loop, under bare tracepoints")
                         run, loop_runs[-1]["write_bare_ns"] = _floor(workers, ports, plan)
                         runs.append({"round": r, "arm": FLOOR_ARM, **run})
+                        for kind in OUTSIDE:
+                            progress(f"round {r + 1}/{plan.rounds}, outside --{kind}: loops of "
+                                     "a process the observer does not select")
+                            loop_runs[-1] |= _outside(workers, ports, kind, plan)
                     if observer is not None and not profile:
                         progress(f"round {r + 1}/{plan.rounds}, observed: paced runs with "
                                  "BPF run-time statistics on")
@@ -416,7 +445,8 @@ def _idle(measured: dict) -> dict:
     rounds = sorted({x["round"] for x in loops})
     per: dict[str, list[float]] = {k: [] for k in (
         "write_u", "write_o", "write_ratio", "write_floor", "ssl_u", "ssl_o", "ssl_ratio",
-        "ssl_floor", "hit_us", "calls")}
+        "ssl_floor", "hit_us", "calls",
+        *(f"{k}_{o}_ratio" for k in ("write", "ssl") for o in OUTSIDE))}
     for r in rounds:
         u = next((x for x in loops if x["round"] == r and x["arm"] == "unobserved"), None)
         o = next((x for x in loops if x["round"] == r and x["arm"] == "observed"), None)
@@ -426,6 +456,10 @@ def _idle(measured: dict) -> dict:
             per[f"{kind}_u"].append(u[f"{kind}_ns"])
             per[f"{kind}_o"].append(o[f"{kind}_ns"])
             per[f"{kind}_ratio"].append(o[f"{kind}_ns"] / u[f"{kind}_ns"])
+        for kind in ("write", "ssl"):
+            for o in OUTSIDE:
+                if f"{kind}_{o}_ns" in u:
+                    per[f"{kind}_{o}_ratio"].append(u[f"{kind}_{o}_ns"] / u[f"{kind}_ns"])
         per["write_floor"].append(u["write_bare_ns"] / u["write_ns"])
         per["ssl_floor"].append(u["ssl_bare_ns"] / u["ssl_ns"])
         calls = u["bare_calls_per_turn"]
@@ -441,6 +475,8 @@ def _idle(measured: dict) -> dict:
            "ssl_ratio": figure(per["ssl_ratio"]),
            "ssl_floor_ratio": figure(per["ssl_floor"]),
            "bare_calls_per_turn": figure(per["calls"])}
+    out |= {f"{k}_outside_{o}_ratio": figure(per[f"{k}_{o}_ratio"])
+            for k in ("write", "ssl") for o in OUTSIDE if per[f"{k}_{o}_ratio"]}
     if per["hit_us"]:
         out["uprobe_hit_us"] = figure(per["hit_us"])
     return out
@@ -486,6 +522,9 @@ TARGETS = [
            "streams.idle_process.write_ratio", "<=", 1.05),
     Target("a process that streams nothing: SSL_write/SSL_read loop, observed against "
            "unobserved", "streams.idle_process.ssl_ratio", "<=", 1.05),
+    *(Target(f"a process outside the selection (--{o} of another): {loop} loop, against "
+             "unobserved", f"streams.idle_process.{k}_outside_{o}_ratio", "<=", 1.02)
+      for o in OUTSIDE for k, loop in (("write", "send/recv"), ("ssl", "SSL_write/SSL_read"))),
 ]
 
 
@@ -546,6 +585,14 @@ def _render(r: dict) -> str:
         out += ["a process that streams nothing, CPU ns per turn of its loop (FLOOR: under "
                 "bare tracepoints, and bare uprobes for SSL, against unobserved):",
                 table(["LOOP", "UNOBSERVED", "OBSERVED", "RATIO", "MIN", "MAX", "FLOOR"], rows)]
+        rows = [[f"--{o}", loop, *cells(idle[f"{k}_outside_{o}_ratio"], "{:.3f}x")]
+                for o in OUTSIDE for k, loop in (("write", "send+recv"),
+                                                 ("ssl", "SSL_write_ex+SSL_read_ex"))
+                if f"{k}_outside_{o}_ratio" in idle]
+        if rows:
+            out += ["the same loops outside the selection (the observer selecting the SSE "
+                    "server by its port, or by its pid), against unobserved:",
+                    table(["SELECTION", "LOOP", "RATIO", "MIN", "MAX"], rows)]
         if "uprobe_hit_us" in idle:
             out.append("one uprobe hit (entry and return of a probed call, a program that only "
                        "counts): " + " / ".join(cells(idle["uprobe_hit_us"], "{:,.2f}"))
