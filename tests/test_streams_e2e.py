@@ -119,7 +119,9 @@ def test_tls_sdk_streams_through_a_gateway(setup, api, record_property):
     assert gateway["comm"] == "socat" and lab.chunks_match(gateway, lab.CHUNKS)
     [upstream] = observer.wait_for(
         lambda s: s["pid"] == gateway["pid"] and s["side"] == "client", 1)
-    assert upstream["tls"] is False and lab.chunks_match(upstream, lab.CHUNKS)
+    # (tls null: never described; the observer's closing lines say why)
+    assert upstream["tls"] is False, (upstream, observer.summary())
+    assert lab.chunks_match(upstream, lab.CHUNKS)
     mock = server_of(observer, upstream, "done", tls=False)
     assert mock["pid"] == setup["mock"].pid and lab.chunks_match(mock, lab.CHUNKS)
 
