@@ -413,15 +413,19 @@ XDP_DROP_PROGRAM = _insn(0xB7, dst=0, imm=1) + _insn(0x95)  # r0 = XDP_DROP; exi
 XDP_PASS_PROGRAM = _insn(0xB7, dst=0, imm=2) + _insn(0x95)  # r0 = XDP_PASS; exit
 
 
-def has_live_frames() -> bool:
-    """Whether XDP test runs take BPF_F_TEST_XDP_LIVE_FRAMES (Linux 5.18):
-    runs of a program that drops, so nothing is sent either way. A kernel
-    that accepts a flag no kernel defines reads no flag at all (5.10's XDP
-    test runs ignore them): the live-frames flag would be ignored too."""
+def live_frames_refused() -> int:
+    """0 when XDP test runs take BPF_F_TEST_XDP_LIVE_FRAMES (Linux 5.18),
+    else the errno they are refused with: EINVAL where the kernel has no
+    such flag, EPERM where it has them and refuses them (a locked-down
+    kernel: one such host's lockdown was "integrity"). Runs of a program
+    that drops, so nothing is sent either way. A kernel that accepts a flag
+    no kernel defines reads no flag at all (5.10's XDP test runs ignore
+    them): the live-frames flag would be ignored too."""
     fd = load_raw(BPF_PROG_TYPE_XDP, XDP_DROP_PROGRAM)
     try:
-        return (not _test_run_accepts(fd, _NO_SUCH_TEST_FLAG)
-                and _test_run_accepts(fd, BPF_F_TEST_XDP_LIVE_FRAMES))
+        if _test_run_refused(fd, _NO_SUCH_TEST_FLAG) != errno.EINVAL:
+            return errno.EINVAL
+        return _test_run_refused(fd, BPF_F_TEST_XDP_LIVE_FRAMES)
     finally:
         os.close(fd)
 
@@ -429,14 +433,15 @@ def has_live_frames() -> bool:
 _NO_SUCH_TEST_FLAG = 1 << 31
 
 
-def _test_run_accepts(fd: int, flags: int) -> bool:
+def _test_run_refused(fd: int, flags: int) -> int:
+    """0, or the errno a test run with FLAGS is refused with (EINVAL, EPERM)."""
     try:
         prog_test_run(fd, bytes(64), flags=flags, out_size=0)
     except OSError as exc:
-        if exc.errno == errno.EINVAL:
-            return False
+        if exc.errno in (errno.EINVAL, errno.EPERM):
+            return exc.errno
         raise
-    return True
+    return 0
 
 
 def has_helper(prog_type: int, helper: int) -> bool:

@@ -28,6 +28,7 @@ the total stays exact, and the schedule of a mix goes on from where it
 stopped. A Python handler that raises (Ctrl-C) still ends the run.
 """
 
+import errno
 import functools
 import platform
 import struct
@@ -233,15 +234,26 @@ class GeneratorRun:
 
 
 @functools.cache
+def live_frames_refused() -> int:
+    """0, or why this kernel sends nothing from XDP test runs (an errno;
+    probed once per process)."""
+    return bpfsys.live_frames_refused()
+
+
 def live_frames() -> bool:
-    """Whether this kernel sends from XDP test runs (probed once per process)."""
-    return bpfsys.has_live_frames()
+    """Whether this kernel sends from XDP test runs."""
+    return live_frames_refused() == 0
 
 
 def no_live_frames() -> str:
-    return (f"this kernel ({platform.release()}) has no live-frames XDP test runs "
-            "(BPF_F_TEST_XDP_LIVE_FRAMES, Linux 5.18), which zerolayer's traffic generator "
-            "sends with: the benches and tests that generate traffic with it cannot run here")
+    if live_frames_refused() == errno.EPERM:
+        what = (f"this kernel ({platform.release()}) refuses live-frames XDP test runs "
+                "(BPF_F_TEST_XDP_LIVE_FRAMES: EPERM, this host's policy, not its version)")
+    else:
+        what = (f"this kernel ({platform.release()}) has no live-frames XDP test runs "
+                "(BPF_F_TEST_XDP_LIVE_FRAMES, Linux 5.18)")
+    return (what + ", which zerolayer's traffic generator sends with: the benches and tests "
+            "that generate traffic with it cannot run here")
 
 
 class LiveGenerator:
