@@ -17,6 +17,7 @@ from pyxdp.errors import ZerolayerError
 from pyxdp.lab import generator
 from pyxdp.xdp import ownership, pins
 from pyxdp.xdp.testrun import TokenProgram
+from support.xdp_helpers import live_generator
 
 pytestmark = pytest.mark.root
 
@@ -29,7 +30,7 @@ def orphan_generator(attached):
     has been deleted since."""
     with attached.in_peer(), IPRoute() as ipr:
         ipr.link("add", ifname=GONE, kind="veth", peer=f"{GONE}p")
-    gen = generator.LiveGenerator(GONE, attached.peer.netns)
+    gen = live_generator(GONE, attached.peer.netns)
     with attached.in_peer(), IPRoute() as ipr:
         ipr.link("del", index=ipr.link_lookup(ifname=GONE)[0])
     return gen

@@ -20,13 +20,14 @@ import time
 import pytest
 
 from pyxdp.kernel import bpfsys
-from pyxdp.lab import generator, traffic
+from pyxdp.lab import traffic
 from pyxdp.proto import frames
 from pyxdp.xdp import iface_lock, pins
 from pyxdp.xdp.maps import ZerolayerMaps
 from support.cli_runner import ZEROLAYER
 from support.xdp_helpers import (
     flat_counters,
+    live_generator,
     one_line_error,
     rx_packets,
     xdp_state,
@@ -90,7 +91,7 @@ class Traffic:
     def __init__(self, lab):
         payload = frames.encode(frames.FrameType.TOKEN, "t")
         self._packet = bytes(traffic.udp_packet(lab, payload, sport=40000, dport=STEADY))
-        self._gen = generator.LiveGenerator(lab.peer.ifname, lab.peer.netns)
+        self._gen = live_generator(lab.peer.ifname, lab.peer.netns)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run)
         self.sent = 0

@@ -12,7 +12,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pyxdp.streams.gaps import Gaps
@@ -560,6 +560,7 @@ _PIECES = [request(), sse_head(), *chunked(openai_events(tuple("abc"), usage=3))
                           st.integers(0, 5), st.booleans(), st.sampled_from([0, 0, 0, 1, 9, 500]),
                           st.integers(0, 30)), max_size=30),
        st.sampled_from([1, 2, 50]))
+@example([(b"data:", 0, False, 0, 2)], 1)  # joined mid-way, no event yet: not counted open
 def test_any_bytes_in_any_order_never_raise_and_the_books_balance(calls, max_streams):
     m = StreamMetrics(models_per_owner=2)
     tr = StreamTracker(max_streams=max_streams, stall_ms=5, metrics=m)

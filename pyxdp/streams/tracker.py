@@ -308,6 +308,8 @@ class StreamTracker:
         until its descriptor closes."""
         self._drop(old)
         for s in _open_of(old):
+            if s.midway:
+                continue  # never a stream
             self._c["evicted"] += 1
             self._c["evicted_" + s.side] += 1
             self._open -= 1
@@ -388,7 +390,8 @@ class StreamTracker:
         s.events += 1
         s.last_ns = t
         if s.midway and not flags & api_events.MALFORMED:
-            s.midway = False
+            s.midway = False  # a stream now: counted open from here
+            self._open += 1
         if flags:
             if flags & api_events.MALFORMED:
                 self._c["malformed_events"] += 1
@@ -489,7 +492,8 @@ class StreamTracker:
             s = _Stream(side, r.api if r else None, r.model if r else None,
                         r.end_ns if r else None, t)
             s.midway = status is None and r is None
-            self._open += 1
+            if not s.midway:
+                self._open += 1
         s.http_status = status
         s.last_ns = t
         c.stream = s
@@ -509,7 +513,6 @@ class StreamTracker:
     def _finish(self, c: _Conn, s: _Stream, t: int, status: str, end: str) -> None:
         if s.midway:  # joined mid-way, and no well-formed event: not a stream
             s.status, s.end = status, end
-            self._open -= 1
             self._c["unconfirmed"] += 1
             return
         if s.lost:
