@@ -465,11 +465,11 @@ c.close()
 """
 
 
-@pytest.mark.root
-def test_a_close_and_an_exit_the_full_ring_refused_still_arrive(monkeypatch):
-    """With a ring of one page nobody reads, the writes of a connection fill
-    it; its close and its process's exit are kept in the program's map of
-    missed ends, and the session gives them to the tracker in their place."""
+@pytest.fixture
+def one_page_ring(monkeypatch):
+    """The program loaded for every process with a ring of one page, and
+    a session feeding a Recorder: (session, recorder). Nobody reads the
+    ring until a test drains it."""
     from pyxdp.streams import session
 
     monkeypatch.setattr(probes, "RING_PAGES", 1)
@@ -478,28 +478,47 @@ def test_a_close_and_an_exit_the_full_ring_refused_still_arrive(monkeypatch):
         rec = Recorder()
         s = session.Session(p, rec)
         try:
-            srv = socket.create_server(("127.0.0.1", 0))
-            peer = subprocess.Popen([sys.executable, "-c", FILLER, str(srv.getsockname()[1])])
-            conn, _ = srv.accept()
-            while conn.recv(65536):
-                pass
-            assert peer.wait(10) == 0
-            conn.close()
-            srv.close()
-            drain(s)
-            mine = [k for k in rec.bytes if k[0][0] == peer.pid]
-            assert mine, "the connection was tracked"
-            written = len(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n") \
-                + 200 * len(b"data: " + b"x" * 100 + b"\n\n")
-            assert sum(len(rec.bytes[k]) for k in mine) < written, "the ring was full"
-            assert mine[0][0] in rec.ends
-            assert peer.pid in rec.exited
-            assert s.ends_missed >= 1  # one of them at least (a close may just fit)
-            assert s.failures == {}
+            yield s, rec
         finally:
             s.close()
     finally:
         p.close()
+
+
+def fill_ring(srv) -> int:
+    """A process of FILLER's connecting to SRV, its writes read to the end
+    here (the ring holds far fewer): its pid, once it has exited."""
+    peer = subprocess.Popen([sys.executable, "-c", FILLER, str(srv.getsockname()[1])])
+    try:
+        conn, _ = srv.accept()
+        with conn:
+            while conn.recv(65536):
+                pass
+        assert peer.wait(10) == 0
+    finally:
+        peer.kill()
+        peer.wait()
+    return peer.pid
+
+
+@pytest.mark.root
+def test_a_close_and_an_exit_the_full_ring_refused_still_arrive(one_page_ring):
+    """With a ring of one page nobody reads, the writes of a connection fill
+    it; its close and its process's exit are kept in the program's map of
+    missed ends, and the session gives them to the tracker in their place."""
+    s, rec = one_page_ring
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        peer = fill_ring(srv)
+    drain(s)
+    mine = [k for k in rec.bytes if k[0][0] == peer]
+    assert mine, "the connection was tracked"
+    written = len(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n") \
+        + 200 * len(b"data: " + b"x" * 100 + b"\n\n")
+    assert sum(len(rec.bytes[k]) for k in mine) < written, "the ring was full"
+    assert mine[0][0] in rec.ends
+    assert peer in rec.exited
+    assert s.ends_missed >= 1  # one of them at least (a close may just fit)
+    assert s.failures == {}
 
 
 LATE = r"""
@@ -513,30 +532,20 @@ c.recv(1)
 
 
 @pytest.mark.root
-def test_a_description_the_full_ring_refused_is_told_at_the_next_call(monkeypatch):
+def test_a_description_the_full_ring_refused_is_told_at_the_next_call(one_page_ring):
     """A connection first seen while the ring is full gets no CONN; the
     program tells it again (a LINK, its offsets going on) at its next call,
     before that call's bytes, so its record still says who and where; the
     refusals are counted by kind."""
-    from pyxdp.streams import session
-
-    monkeypatch.setattr(probes, "RING_PAGES", 1)
-    p = probes.Probes(pids=[])
-    try:
-        rec = Recorder()
-        s = session.Session(p, rec)
+    s, rec = one_page_ring
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port = str(srv.getsockname()[1])
+        fill_ring(srv)
+        late = subprocess.Popen([sys.executable, "-c", LATE, port], stdin=subprocess.PIPE,
+                                text=True)
         try:
-            srv = socket.create_server(("127.0.0.1", 0))
-            port = str(srv.getsockname()[1])
-            filler = subprocess.Popen([sys.executable, "-c", FILLER, port])
-            conn, _ = srv.accept()
-            while conn.recv(65536):
-                pass
-            assert filler.wait(10) == 0
-            late = subprocess.Popen([sys.executable, "-c", LATE, port], stdin=subprocess.PIPE,
-                                    text=True)
-            try:
-                lconn, _ = srv.accept()
+            lconn, _ = srv.accept()
+            with lconn:
                 assert lconn.recv(100).startswith(b"POST /v1/late")
                 assert s.refused().get("described") == 1
                 drain(s)  # the ring read: room again
@@ -546,21 +555,14 @@ def test_a_description_the_full_ring_refused_is_told_at_the_next_call(monkeypatc
                 assert lconn.recv(100).startswith(b"POST /v1/again")
                 lconn.sendall(b"x")
                 assert late.wait(10) == 0
-                drain(s)
-            finally:
-                late.kill()
-                late.wait()
-            [key] = [k for k in rec.described if k[0] == late.pid]
-            told = rec.described[key]
-            assert told["remote"] == f"127.0.0.1:{port}" and told["tls"] is False
-            assert rec.bytes[(key, True)] == b"POST /v1/again HTTP/1.1\r\nHost: a\r\n\r\n"
-            assert rec.lost[(key, True)] == len(b"POST /v1/late HTTP/1.1\r\nHost: a\r\n\r\n")
-            assert s.refused()["data"] >= 1
-            assert s.failures == {}
-            conn.close()
-            lconn.close()
-            srv.close()
+            drain(s)
         finally:
-            s.close()
-    finally:
-        p.close()
+            late.kill()
+            late.wait()
+    [key] = [k for k in rec.described if k[0] == late.pid]
+    told = rec.described[key]
+    assert told["remote"] == f"127.0.0.1:{port}" and told["tls"] is False
+    assert rec.bytes[(key, True)] == b"POST /v1/again HTTP/1.1\r\nHost: a\r\n\r\n"
+    assert rec.lost[(key, True)] == len(b"POST /v1/late HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert s.refused()["data"] >= 1
+    assert s.failures == {}

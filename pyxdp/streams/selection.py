@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pyxdp.errors import ZerolayerError
 from pyxdp.human import escaped
+from pyxdp.kernel import procfs
 
 CGROUP_ROOT = "/sys/fs/cgroup"  # where cgroup v2 is mounted, mostly (see cgroup_root)
 _SOCKET = re.compile(r"socket:\[(\d+)\]")
@@ -180,15 +181,8 @@ def _using_ports(pids: set[int], ports: tuple[tuple[int, int], ...]) -> set[int]
         return set()
     out = set()
     for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                m = _SOCKET.fullmatch(os.readlink(f"/proc/{pid}/fd/{fd}"))
-            except OSError:
-                continue
+        for _fd, link in procfs.fd_links(pid):
+            m = _SOCKET.fullmatch(link)
             if m and int(m.group(1)) in inodes:
                 out.add(pid)
                 break

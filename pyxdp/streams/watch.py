@@ -40,10 +40,10 @@ class Watch(ClosedOnExit):
         self._noted = 0
         self.heartbeat = Heartbeat()  # beaten every turn of run(), for a watchdog
         self.tracker = StreamTracker(stall_ms=stall_ms, max_streams=max_streams, metrics=metrics)
+        # under a selection, the first scan() below selects its processes
         everything = self.selection.everything
         only_pids = not everything and self.selection == Selection(pids=self.selection.pids)
-        self.probes = probes.Probes(() if everything else self.selection.matching(libraries.pids()),
-                                    max_conns=2 * max_streams, selective=not everything,
+        self.probes = probes.Probes((), max_conns=2 * max_streams, selective=not everything,
                                     per_process=only_pids, cgroups=bool(self.selection.cgroups))
         try:
             self.session = session.Session(self.probes, self.tracker, max_conns=2 * max_streams)

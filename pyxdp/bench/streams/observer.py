@@ -37,7 +37,7 @@ def others(exclude: int | None = None) -> list[int]:
     """Processes but EXCLUDE that hold the observer's BPF programs: another
     `zerolayer streams` on the host, whose probes would make an unobserved
     run observed (its uprobes are on every process's libssl)."""
-    from pyxdp.kernel import bpfsys
+    from pyxdp.kernel import bpfsys, procfs
     from pyxdp.streams.libraries import pids
 
     ours: dict[int, bool] = {}  # program id: is it the observer's
@@ -45,14 +45,10 @@ def others(exclude: int | None = None) -> list[int]:
     for pid in pids():
         if pid == exclude:
             continue
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
+        for fd, link in procfs.fd_links(pid):
+            if link != "anon_inode:bpf-prog":
+                continue
             try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
-                    continue
                 with open(f"/proc/{pid}/fdinfo/{fd}") as f:
                     prog_id = next(int(ln.split(":")[1]) for ln in f if ln.startswith("prog_id:"))
                 if prog_id not in ours:
