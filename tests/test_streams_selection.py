@@ -66,6 +66,26 @@ def test_port_selects_both_sides_of_that_port_only(servers):
         observer.close()
 
 
+def test_two_observers_at_once_each_see_their_own_port(servers):
+    """Two `zerolayer streams` running together, each selecting one of the
+    two servers: each reports its server's side and not the other's."""
+    mine = lab.Observer("--port", str(servers["chosen"]))
+    try:
+        theirs = lab.Observer("--port", str(servers["other"]))
+        try:
+            stream_to(servers["chosen"])
+            stream_to(servers["other"])
+            for observer, server, not_server in ((mine, "mock", "other_mock"),
+                                                 (theirs, "other_mock", "mock")):
+                [seen] = observer.wait_for(lambda s, p=servers[server].pid: s["pid"] == p, 1)
+                assert seen["side"] == "server" and lab.chunks_match(seen, lab.CHUNKS)
+                assert not ours(observer, {servers[not_server].pid})
+        finally:
+            theirs.close()
+    finally:
+        mine.close()
+
+
 def test_exe_selects_the_gateway_and_not_its_peers(servers):
     """socat (the gateway) by its executable: its TLS server side and its
     plaintext upstream, in the children it forks per connection; neither
