@@ -224,7 +224,7 @@ def test_request_model_and_stream_found_across_any_split_and_any_size():
               [req[:len(req) - 40]] + [req[i:i + 1] for i in range(len(req) - 40, len(req))]]
     for pieces in splits:
         out = parse(pieces)
-        assert out[0][:3] == (http1.REQUEST_HEAD, "POST", "openai")
+        assert out[0][:3] == (http1.REQUEST_HEAD, "POST", http1.Route("openai", "chat"))
         assert out[-1][:3] == (http1.REQUEST_END, "llama-3", True)
 
 

@@ -9,6 +9,7 @@ import sys
 import click
 
 from pyxdp.cli.options import json_option, netns_option
+from pyxdp.errors import ZerolayerError
 from pyxdp.kernel.privileges import preflight
 
 WATCHED_NETNS = ("Only the interfaces in named network namespace NS (default: the host's "
@@ -38,10 +39,29 @@ def _check_netns(netns: str | None) -> None:
                    "every process, as `zerolayer streams` does, and serve their histograms "
                    "(docs/spec.md §11.5). [streams] enabled = true in --config's file does "
                    "the same.")
+@click.option("--otlp", "otlp_url", metavar="URL", default=None,
+              help="With --streams: also push the streams' metrics over OTLP/HTTP "
+                   "(protobuf) to URL, the receiver's metrics endpoint, e.g. "
+                   "http://127.0.0.1:4318/v1/metrics (docs/spec.md §11.5).")
+@click.option("--otlp-interval", type=click.FloatRange(1, 3600), default=None, metavar="SECONDS",
+              help="Seconds between OTLP exports (default 15).")
+@click.option("--otlp-timeout", type=click.FloatRange(1, 60), default=None, metavar="SECONDS",
+              help="How long one export may take, retries included (default 10).")
+@click.option("--otlp-header", "otlp_headers", multiple=True, metavar="NAME:VALUE",
+              help="A header sent with each export (repeatable). Put secrets in "
+                   "--otlp-headers-file instead: a command line is visible to every user.")
+@click.option("--otlp-headers-file", metavar="FILE", default=None,
+              help="Headers, one NAME: VALUE per line, from a file only root can write.")
+@click.option("--otlp-ca", metavar="FILE", default=None,
+              help="The CA certificates an https:// receiver is checked against.")
+@click.option("--otlp-temporality", type=click.Choice(("cumulative", "delta")), default=None,
+              help="What the receiver wants (default cumulative; Prometheus takes only "
+                   "cumulative).")
 @netns_option(WATCHED_NETNS)
 @json_option("On start, print what is served where as one JSON object on stdout.")
 @click.pass_context
-def exporter(ctx, listen, config_path, once, with_streams, netns, as_json):
+def exporter(ctx, listen, config_path, once, with_streams, otlp_url, otlp_interval,
+             otlp_timeout, otlp_headers, otlp_headers_file, otlp_ca, otlp_temporality, netns, as_json):
     """Serve Prometheus metrics for every interface zerolayer is attached to."""
     from pyxdp.cli.render import emit_json
     from pyxdp.observe import exporter as exporter_mod
@@ -57,6 +77,17 @@ def exporter(ctx, listen, config_path, once, with_streams, netns, as_json):
         listen = config.exporter.listen
         if config.streams.enabled or with_streams:
             streams = dataclasses.replace(config.streams, enabled=True)
+    otlp_given = [name for name, value in (
+        ("--otlp-interval", otlp_interval), ("--otlp-timeout", otlp_timeout),
+        ("--otlp-header", otlp_headers),
+        ("--otlp-headers-file", otlp_headers_file), ("--otlp-ca", otlp_ca),
+        ("--otlp-temporality", otlp_temporality)) if value]
+    if otlp_url is not None or otlp_given:
+        streams = dataclasses.replace(streams, otlp=_otlp_options(
+            streams.otlp, otlp_url, otlp_interval, otlp_timeout, otlp_headers, otlp_headers_file, otlp_ca,
+            otlp_temporality, otlp_given))
+        if not streams.enabled:
+            raise click.UsageError("--otlp pushes the streams' metrics: give --streams too")
     if once and as_json:
         raise click.UsageError("--once prints the Prometheus text format; for the same "
                                "reads as JSON run `zerolayer top --json --count 1`")
@@ -76,6 +107,27 @@ def exporter(ctx, listen, config_path, once, with_streams, netns, as_json):
 
     exporter_mod.serve(listen, log=log, only_netns=netns, announce=announce if as_json else None,
                        streams=streams if streams.enabled else None)
+
+
+def _otlp_options(configured, url, interval, timeout, headers, headers_file, ca, temporality, given):
+    """[streams.otlp] with the command line's --otlp* over it."""
+    from pyxdp.streams.otlp import OtlpOptions, check_url, parse_header
+
+    if url is None and configured is None:
+        raise click.UsageError(f"{given[0]} goes with --otlp URL")
+    base = configured or OtlpOptions(url)
+    try:
+        changes = {"url": check_url(url)} if url is not None else {}
+        if headers:
+            changes["headers"] = tuple(parse_header(h, "--otlp-header") for h in headers)
+    except ZerolayerError as exc:
+        raise click.UsageError(str(exc)) from None
+    for name, value in (("interval_s", interval), ("timeout_s", timeout),
+                        ("headers_file", headers_file),
+                        ("ca_file", ca), ("temporality", temporality)):
+        if value is not None:
+            changes[name] = value
+    return dataclasses.replace(base, **changes)
 
 
 @click.command()

@@ -209,7 +209,7 @@ def serve(listen: str = DEFAULT_LISTEN, log=print, stop: threading.Event | None 
         observer = ObserverThread(streams, log)
     try:
         exporter = Exporter(listen, log, only_netns,
-                            extra=[observer.metrics.collector()] if observer else ())
+                            extra=observer.collectors() if observer else ())
     except BaseException:
         if observer:
             observer.close()

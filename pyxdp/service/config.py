@@ -16,6 +16,7 @@ from pyxdp.kernel import link_names
 from pyxdp.observe.exporter import DEFAULT_LISTEN, parse_listen
 from pyxdp.proto import frames
 from pyxdp.service.positions import key_lines
+from pyxdp.streams.otlp import TEMPORALITIES, OtlpOptions, check_url
 from pyxdp.xdp.dispatcher import DEFAULT_PRIORITY, MAX_PRIORITY
 from pyxdp.xdp.loader import MODES
 from pyxdp.xdp.maps import MAX_PORTS, POLICIES
@@ -29,7 +30,8 @@ _INTERFACE = ("name", "match", "netns", "ports", "on_malformed", "mode", "flows"
 _MATCH = ("name", "driver")
 _TUNING = ("profile", "interfaces", "netns", "strict", "state_dir")
 _EXPORTER = ("address", "port")
-_STREAMS = ("enabled", "stall_ms", "max_streams", "ports", "exes", "cgroups")
+_STREAMS = ("enabled", "stall_ms", "max_streams", "ports", "exes", "cgroups", "otlp")
+_OTLP = ("url", "interval_s", "timeout_s", "ca_file", "headers_file", "temporality")
 _SERVICE = ("detach_on_stop",)
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -93,6 +95,8 @@ class Streams:
     ports: tuple[tuple[int, int], ...] = ()
     exes: tuple[str, ...] = ()
     cgroups: tuple[str, ...] = ()
+    # [streams.otlp]: push the streams' metrics over OTLP too (pyxdp.streams.otlp)
+    otlp: OtlpOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -365,8 +369,32 @@ class _Checker:
                       for i, p in enumerate(self._strings_or_ints(data, where, "ports")))
         exes = tuple(self._strings_or_ints(data, where, "exes", strings_only=True))
         cgroups = tuple(self._strings_or_ints(data, where, "cgroups", strings_only=True))
+        otlp = self._otlp(data["otlp"]) if "otlp" in data else None
         return Streams(self.typed(data, where, "enabled", bool, default.enabled), stall_ms,
-                       max_streams, ports, exes, cgroups)
+                       max_streams, ports, exes, cgroups, otlp)
+
+    def _otlp(self, raw: Any) -> OtlpOptions:
+        where = ("streams", "otlp")
+        data = self.table(raw, where, _OTLP)
+        if "url" not in data:
+            raise self.error(where, "needs url, the receiver's (http://HOST:4318/v1/metrics)")
+        url = self.typed(data, where, "url", str, "")
+        try:
+            check_url(url)
+        except ZerolayerError:
+            raise self.error(where + ("url",), f"{_show(url)}: give an http:// or https:// "
+                             "URL") from None
+        times = {}
+        for key, low, high in (("interval_s", 1, 3600), ("timeout_s", 1, 60)):
+            value = data.get(key, getattr(OtlpOptions, key))
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not low <= value <= high:
+                raise self.error(where + (key,), f"{_show(value)}: use {low} to {high} seconds")
+            times[key] = float(value)
+        return OtlpOptions(url, times["interval_s"], times["timeout_s"],
+                           self.typed(data, where, "ca_file", str, None) or None, (),
+                           self.typed(data, where, "headers_file", str, None) or None,
+                           self.choice(data, where, "temporality", TEMPORALITIES))
 
     def _strings_or_ints(self, data: dict, where: tuple, key: str,
                          strings_only: bool = False) -> list:

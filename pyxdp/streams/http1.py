@@ -13,13 +13,40 @@ Memory: at most BOUND bytes buffered per direction.
 """
 
 import re
+from typing import NamedTuple
 
 from pyxdp.streams import sse_events
 from pyxdp.streams.api_events import ANTHROPIC, MODEL_FIELD, OPENAI, model_name
 from pyxdp.streams.sse_events import BOUND, SseEvents
 
+
+class Route(NamedTuple):
+    """What a request's path says: the API it hints at and OpenTelemetry's
+    gen_ai.operation.name for it (None: a path of no known API)."""
+
+    api: str | None
+    operation: str | None
+
+
+_NO_ROUTE = Route(None, None)
+_CHAT = {ANTHROPIC: Route(ANTHROPIC, "chat"), OPENAI: Route(OPENAI, "chat")}
+_TEXT_COMPLETION = Route(OPENAI, "text_completion")
+
+
+def route(path: bytes) -> Route:
+    """The Route of a request PATH: Anthropic's /v1/messages and OpenAI's
+    /chat/completions and /responses are chat, OpenAI's bare /completions
+    text_completion."""
+    if b"/messages" in path:
+        return _CHAT[ANTHROPIC]
+    if b"/chat/completions" in path or b"/responses" in path:
+        return _CHAT[OPENAI]
+    if b"/completions" in path:
+        return _TEXT_COMPLETION
+    return _NO_ROUTE
+
 # What feed() appends to its out list: (kind, a, b, c).
-REQUEST_HEAD = 1   # a: method (str), b: api hinted by the path ("openai"/"anthropic"/None), c: streaming (Accept)
+REQUEST_HEAD = 1   # a: method (str), b: the path's Route, c: streaming (Accept)
 REQUEST_END = 2    # a: model named by the body (str|None), b: streaming (bool: "stream": true or Accept)
 RESPONSE_HEAD = 3  # a: status (int), b: event stream (bool), c: compressed (bool)
 EVENT = sse_events.EVENT  # 4, a: the classified event (api_events.classify)
@@ -323,10 +350,7 @@ class HttpDirection:
             self._is_request = True
             self.role = "request"
             self._head["method"] = parts[0][:16].decode("ascii", "replace")
-            path = parts[1]
-            self._head["api"] = (ANTHROPIC if b"/messages" in path else
-                                 OPENAI if b"/completions" in path or b"/responses" in path
-                                 else None)
+            self._head["api"] = route(parts[1])
         else:
             self.state = _SYNC
             return

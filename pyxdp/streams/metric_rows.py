@@ -7,7 +7,9 @@ counters' (pyxdp.proto.counters.Metric)."""
 from pyxdp.proto.counters import Metric
 from pyxdp.streams.watchdog import STALE_AFTER_S
 
-STREAM_LABELS = ("side", "api", "tls", "model")
+# The process's identity (pyxdp.streams.identity) after the stream's own:
+# empty where the node does not know it (Prometheus drops empty labels).
+STREAM_LABELS = ("side", "api", "tls", "model", "service", "container_id", "k8s_pod_uid")
 STREAM_TTFT = Metric(
     "stream_time_to_first_chunk_seconds", "Time from a streaming request's last byte to its "
     "first chunk (client side: written to read; server side: read to written)",

@@ -6,6 +6,7 @@ served at each scrape."""
 import threading
 
 from pyxdp.streams.metrics import StreamMetrics
+from pyxdp.streams.otlp import OtlpPusher
 from pyxdp.streams.selection import Selection, cgroup_dir
 from pyxdp.streams.watch import NOT_SEEN, Watch
 from pyxdp.streams.watchdog import Watchdog
@@ -30,7 +31,21 @@ class ObserverThread:
         self._log = log
         self._thread.start()
         self._watchdog = Watchdog(self._watch.heartbeat, self._thread.is_alive, log)
+        self.otlp = None
+        if options.otlp is not None:
+            try:
+                self.otlp = OtlpPusher(self.metrics, options.otlp, log)
+            except BaseException:
+                self.close()
+                raise
+            log(f"pushing the streams' metrics over OTLP to {options.otlp.url} every "
+                f"{options.otlp.interval_s:g} s ({options.otlp.temporality})")
         log(f"observing token streams of {selection.describe()}; {NOT_SEEN}")
+
+    def collectors(self) -> list:
+        """What a scrape reads of it: the streams' metrics, and the OTLP
+        export's counts when it pushes."""
+        return [self.metrics.collector()] + ([self.otlp.collector()] if self.otlp else [])
 
     def _counters(self) -> dict:
         """The tracker's counters, read at a scrape."""
@@ -50,6 +65,8 @@ class ObserverThread:
         self._stop.set()
         self._watchdog.close()
         self._thread.join(timeout=5)
+        if self.otlp is not None:
+            self.otlp.close()  # the last figures, flushed for at most a second
         self._watch.close()
 
 

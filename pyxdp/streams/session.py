@@ -20,6 +20,7 @@ from typing import Any
 
 from pyxdp.kernel import bpfsys
 from pyxdp.streams import probes
+from pyxdp.streams.identity import Identities
 from pyxdp.streams.leftovers import Leftovers
 from pyxdp.streams.probes import (
     CLOSE,
@@ -79,6 +80,7 @@ class Session:
         self._refused = probes_.tables["zl_st_refused"]
         tracker.on_evicted = self._evicted
         self.leftovers = Leftovers(probes_.tables)
+        self.identities = Identities()  # who each process is (its unit, container, pod)
         self.ring = Ring(probes_.ring_fd, probes.RING_PAGES * mmap.PAGESIZE)
 
     def poll(self, interval_ms: int) -> None:
@@ -170,7 +172,8 @@ class Session:
                 view, at + _COMMON.size)
             self.tracker.describe(conn, pid=tgid, comm=comm.split(b"\0", 1)[0].decode(
                 errors="replace"), tls=bool(tls), local=_endpoint(family, laddr, lport),
-                remote=_endpoint(family, raddr, rport), uid=uid, socket=aux or None)
+                remote=_endpoint(family, raddr, rport), uid=uid, socket=aux or None,
+                who=self.identities.of(tgid))
         elif kind == CLOSE:
             if flags is None:
                 flags = _DESCRIBED.unpack_from(view, at + _COMMON.size)[0]
@@ -186,6 +189,7 @@ class Session:
             for key in [k for k in self._next if k[0][0] == tgid]:
                 del self._next[key]
             self.leftovers.exited(tgid)
+            self.identities.exited(tgid)
             self.tracker.process_exited(tgid, ts)
         elif kind == FORK:
             for child in self.tracker.forked(tgid, aux):

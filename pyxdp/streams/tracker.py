@@ -18,7 +18,7 @@ parser's bounded line buffer.
 from collections import OrderedDict, deque
 
 from pyxdp.human import escaped
-from pyxdp.streams import api_events, http1
+from pyxdp.streams import api_events, http1, identity
 from pyxdp.streams.gaps import Gaps
 
 _COMM_MAX = 32
@@ -41,12 +41,13 @@ class _Stream:
 
     __slots__ = ("side", "api", "model", "model_from_stream", "events", "chunks", "tokens",
                  "base_ns", "first_ns", "last_chunk_ns", "last_ns", "start_ns", "gaps", "stalls",
-                 "status", "end", "http_status", "lost", "labels", "midway")
+                 "status", "end", "http_status", "lost", "labels", "midway", "operation")
 
     def __init__(self, side: str, api: str | None, model: str | None, base_ns: int | None,
-                 start_ns: int) -> None:
+                 start_ns: int, operation: str | None = None) -> None:
         self.side = side
         self.api = api or "sse"
+        self.operation = operation  # gen_ai.operation.name, from the request's path
         self.model = model
         self.model_from_stream = False
         self.events = 0
@@ -73,10 +74,10 @@ class _Stream:
 
 
 class _Request:
-    __slots__ = ("api", "model", "streaming", "end_ns", "stream")
+    __slots__ = ("api", "operation", "model", "streaming", "end_ns", "stream")
 
-    def __init__(self, api: str | None, streaming: bool) -> None:
-        self.api = api
+    def __init__(self, route: http1.Route, streaming: bool) -> None:
+        self.api, self.operation = route
         self.model: str | None = None
         self.streaming = streaming
         self.end_ns: int | None = None
@@ -85,7 +86,7 @@ class _Request:
 
 class _Conn:
     __slots__ = ("key", "keys", "pid", "uid", "socket", "comm", "tls", "local", "remote", "wrote",
-                 "read", "reqs", "stream", "closed")
+                 "read", "reqs", "stream", "closed", "identity")
 
     def __init__(self, key) -> None:
         self.key = key  # the first; `keys` holds every process's key for it
@@ -97,6 +98,7 @@ class _Conn:
         self.tls: bool | None = None
         self.local: str | None = None
         self.remote: str | None = None
+        self.identity = identity.UNKNOWN  # its process's service, executable, container, pod
         self.wrote = http1.HttpDirection()
         self.read = http1.HttpDirection()
         self.reqs: list[_Request] = []  # a few at most; a deque would cost 600 bytes
@@ -157,7 +159,7 @@ class StreamTracker:
     def describe(self, conn, *, pid: int | None = None, comm: str | None = None,
                  tls: bool | None = None, local: str | None = None,
                  remote: str | None = None, uid: int | None = None,
-                 socket: int | None = None) -> None:
+                 socket: int | None = None, who: identity.Identity | None = None) -> None:
         if conn in self._evicted:
             kept = self._evicted[conn]
             if socket is None or kept is None or kept == socket:
@@ -179,12 +181,14 @@ class StreamTracker:
             c.pid = pid  # the process that uses it now (the index is by key)
         if tls is not None:
             c.tls = bool(tls)
-            if c.stream is not None:
-                c.stream.labels = None  # they name tls
         if local is not None:
             c.local = _printable(local, 64)
         if remote is not None:
             c.remote = _printable(remote, 64)
+        if who is not None:
+            c.identity = who
+        if c.stream is not None:
+            c.stream.labels = None  # they name tls, the identity and the server
 
     def data(self, conn, outgoing: bool, payload: bytes, t_ns: int, lost: int = 0) -> None:
         c = self._conns.get(conn)
@@ -431,7 +435,9 @@ class StreamTracker:
 
     def _labels(self, c: _Conn, s: _Stream) -> tuple:
         if s.labels is None:
-            s.labels = (s.side, s.api, "true" if c.tls else "false", s.model or "", c.uid)
+            server = c.remote if s.side == "client" else c.local
+            s.labels = (s.side, s.api, "true" if c.tls else "false", s.model or "", c.uid,
+                        s.operation, c.identity, server)
         return s.labels
 
     def _message(self, c: _Conn, outgoing: bool, kind: int, a, b, x, t: int) -> None:
@@ -453,7 +459,7 @@ class StreamTracker:
             r.streaming = r.streaming or b
             if r.streaming and r.stream is None:
                 side = "client" if outgoing else "server"
-                r.stream = _Stream(side, r.api, r.model, t, t)
+                r.stream = _Stream(side, r.api, r.model, t, t, r.operation)
                 self._open += 1
         elif kind == http1.RESPONSE_HEAD:
             self._response(c, outgoing, a, b, x, t)
@@ -490,7 +496,7 @@ class StreamTracker:
         if s is None:
             side = "server" if outgoing else "client"
             s = _Stream(side, r.api if r else None, r.model if r else None,
-                        r.end_ns if r else None, t)
+                        r.end_ns if r else None, t, r.operation if r else None)
             s.midway = status is None and r is None
             if not s.midway:
                 self._open += 1
@@ -528,7 +534,8 @@ class StreamTracker:
             self._c["reports_dropped"] += 1
         self._finished.append(report)
         if self.metrics is not None:
-            self.metrics.finished(self._labels(c, s), status, s.tokens)
+            base = s.base_ns if s.base_ns is not None else s.start_ns
+            self.metrics.finished(self._labels(c, s), status, s.tokens, (s.last_ns - base) / 1e9)
 
     def _report(self, c: _Conn, s: _Stream, t: int) -> dict:
         base = s.base_ns
@@ -544,4 +551,5 @@ class StreamTracker:
             "duration_ms": round((t - (base if base is not None else s.start_ns)) / 1e6, 3),
             "status": s.status, "http_status": s.http_status, "end": s.end,
             "lost_bytes": s.lost, "started_ns": base if base is not None else s.start_ns,
+            "operation": s.operation, **c.identity.fields(),
         }

@@ -323,19 +323,65 @@ one_stream_seen() { # URL WHO
     mock="$(start_mock)"
     wait_for 120 "the mock server listens" listening "$MOCK_PORT"
     n="$(stream_once)" || { kill "$mock"; fail "the streaming request failed"; }
+    echo "$n" >/tmp/zl-stream-chunks
     wait_for 30 "$2 saw both sides of a stream of $n chunks" streams_seen "$1"
     kill "$mock" 2>/dev/null; wait "$mock" 2>/dev/null
     scrape "$1" | grep -E '^zerolayer_(streams_total|stream_time_to_first_chunk_seconds_count)' | sed 's/^/    /'
 }
 
 # [streams] enabled = true: the exporter unit, confined as shipped, loads the
-# probes and serves the histograms.
+# probes and serves the histograms, and pushes them over OTLP to Debian's
+# Prometheus (its OTLP receiver on), started only after the unit: the
+# exports fail first (counted), then get through, without a restart.
+PROM=127.0.0.1:9090
 streams_under_the_unit() { # URL
-    printf '\n[streams]\nenabled = true\n' >>"$CONF"
+    printf '\n[streams]\nenabled = true\n\n[streams.otlp]\nurl = "http://%s/api/v1/otlp/v1/metrics"\ninterval_s = 2\n' \
+        "$PROM" >>"$CONF"
     systemctl restart zerolayer-exporter.service
     wait_for 300 "the exporter with [streams] answers" scrape "$1"
+    wait_for 60 "the exporter counts OTLP exports to a receiver not yet there" otlp_dropped "$1"
+    start_prometheus
     one_stream_seen "$1" "zerolayer-exporter.service"
-    phase "token streams under the exporter unit"
+    otlp_in_prometheus
+    phase "token streams under the exporter unit, pushed over OTLP"
+}
+otlp_dropped() { [ "$(scrape "$1" | awk '/^zerolayer_otlp_dropped_total\{reason="unreachable"\}/ { printf "%d", $NF }')" -ge 1 ]; }
+start_prometheus() {
+    mkdir -p /tmp/prom
+    printf 'global:\n  scrape_interval: 1h\n' >/tmp/prom/prometheus.yml
+    prometheus --config.file=/tmp/prom/prometheus.yml --storage.tsdb.path=/tmp/prom/data \
+        --web.listen-address="$PROM" --enable-feature=otlp-write-receiver \
+        >/tmp/prom/log 2>&1 &
+    wait_for 180 "Debian's Prometheus $(prometheus --version 2>&1 | awk 'NR == 1 { print $3 }') is ready" \
+        $PY -c 'import sys, urllib.request; urllib.request.urlopen(f"http://{sys.argv[1]}/-/ready", timeout=5)' "$PROM"
+}
+# The value of PromQL QUERY at Prometheus, as an integer (0 when empty).
+promql() {
+    $PY - "$PROM" "$1" <<'PYEOF'
+import json, sys, urllib.parse, urllib.request
+url = f"http://{sys.argv[1]}/api/v1/query?" + urllib.parse.urlencode({"query": sys.argv[2]})
+result = json.load(urllib.request.urlopen(url, timeout=20))["data"]["result"]
+print(int(float(result[0]["value"][1])) if result else 0)
+PYEOF
+}
+# What one_stream_seen streamed (one stream of CHUNKS chunks, its client and
+# the mock both run by this job, zl-job.service), as Prometheus has it.
+otlp_in_prometheus() {
+    local first='gen_ai_client_operation_time_to_first_chunk_seconds_count{job="zl-job",gen_ai_provider_name="openai",gen_ai_operation_name="chat",gen_ai_request_model="gpt-test"}'
+    local gaps='gen_ai_client_operation_time_per_output_chunk_seconds_count{job="zl-job"}'
+    local server='zerolayer_stream_time_to_first_chunk_seconds_count{job="zl-job",zerolayer_stream_side="server"}'
+    has_one() { [ "$(promql "sum($first)")" = 1 ] && [ "$(promql "sum($server)")" = 1 ]; }
+    wait_for 60 "Prometheus holds the stream's first chunk, both sides, pushed over OTLP" has_one
+    local n g
+    n="$(cat /tmp/zl-stream-chunks)"
+    g="$(promql "sum($gaps)")"
+    [ "$g" -eq $((n - 1)) ] || [ "$g" -eq $((n - 2)) ] \
+        || fail "Prometheus has $g chunk gaps of the client's stream, which read $n chunks"
+    ok "Prometheus has $g chunk gaps for the $n chunks the client read (under GenAI's names)"
+    [ "$(promql 'count(target_info{job="zl-job",process_executable_name=~"python3.*"})')" -ge 1 ] \
+        || fail "no target_info names zl-job's executable"
+    ok "service.name is the job's unit (zl-job), process.executable.name in target_info"
+    kill %?prometheus 2>/dev/null || pkill -x prometheus || true
 }
 
 # --- podman kube play -------------------------------------------------------------

@@ -19,7 +19,8 @@ ZL_ME=vagrant/vm/service/image.sh
 # The rig's kernel whose Debian 13 userspace the service runs in.
 KERNEL=6.12
 OUT="$ZL_CACHE/service-$KERNEL"
-SYSTEM_PKGS=(systemd-sysv udev dbus podman crun conmon netavark aardvark-dns catatonit)
+# prometheus: Debian 13's 2.53, the OTLP receiver of the streams' export.
+SYSTEM_PKGS=(systemd-sysv udev dbus podman crun conmon netavark aardvark-dns catatonit prometheus)
 KEY_ONLY=""
 if [ "${1:-}" = --key ]; then
     KEY_ONLY=1 RIG="$ZL_CACHE/$KERNEL"   # as cached: no build
@@ -80,7 +81,7 @@ if [ "$(cat "$OUT/system/key" 2>/dev/null)" != "$SYSTEM_KEY" ] || [ ! -f "$OUT/s
     inroot apt-get clean
     services_on
     # A short TCG boot: nothing starts that the suite does not need.
-    inroot systemctl mask haproxy.service apt-daily.timer apt-daily-upgrade.timer \
+    inroot systemctl mask haproxy.service prometheus.service apt-daily.timer apt-daily-upgrade.timer \
         e2scrub_all.timer e2scrub_reap.service fstrim.timer dpkg-db-backup.timer \
         man-db.timer systemd-timesyncd.service getty@tty1.service >/dev/null 2>&1
     install -m 0755 "$HERE/zl-job" "$MNT/usr/local/sbin/zl-job"
@@ -115,6 +116,13 @@ inroot bash /tmp/src/packaging/install.sh >&2
 PYROUTE2="$(inroot /opt/zerolayer/venv/bin/python -c 'import importlib.metadata as m; print(m.version("pyroute2"))')"
 inroot /opt/zerolayer/venv/bin/pip download --quiet --no-deps --only-binary=:all: \
     --disable-pip-version-check -d /tmp/wheels "pyroute2==$PYROUTE2" >&2
+# OpenTelemetry's SDK and OTLP exporter (the otlp extra: `exporter --otlp`),
+# with what they need, at the versions the venv runs; Debian's own packages
+# serve where they are new enough.
+OTEL="$(inroot /opt/zerolayer/venv/bin/python -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http")))')"
+# shellcheck disable=SC2086 # two requirements, split on purpose
+inroot /opt/zerolayer/venv/bin/pip download --quiet --only-binary=:all: \
+    --disable-pip-version-check -d /tmp/wheels $OTEL >&2
 cp "$MNT"/tmp/wheels/*.whl "$WORK/wheels/"
 phase zerolayer
 bash "$ZL_REPO/packaging/container/build.sh" --wheels "$WORK/wheels" --output "$WORK/zerolayer-image.tar"
