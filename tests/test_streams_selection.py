@@ -136,6 +136,11 @@ def test_cgroup_selects_the_processes_started_in_it(servers):
             pid = lab.json.loads(client.stdout.splitlines()[-1])["pid"]
             [seen] = observer.wait_for(lambda s: s["pid"] == pid, 1)
             assert seen["side"] == "client" and lab.chunks_match(seen, lab.CHUNKS)
+            # who it is, from its cgroup (no unit, no container) and executable
+            exe = os.path.basename(os.path.realpath(sys.executable))
+            assert (seen["service"], seen["executable"]) == (exe, exe)
+            assert seen["container_id"] is None and seen["k8s_pod_uid"] is None
+            assert seen["operation"] == "chat"
             stream_to(servers["other"])  # outside the cgroup
             observer.wait_for(lambda s: False, 1, timeout=3)
             assert {s["pid"] for s in observer.streams} == {pid}

@@ -331,17 +331,19 @@ one_stream_seen() { # URL WHO
 
 # [streams] enabled = true: the exporter unit, confined as shipped, loads the
 # probes and serves the histograms, and pushes them over OTLP to Debian's
-# Prometheus (its OTLP receiver on), started only after the unit: the
-# exports fail first (counted), then get through, without a restart.
+# Prometheus (its OTLP receiver on), started only after the unit has a
+# stream to export: the exports fail first (counted), then get through,
+# without a restart.
 PROM=127.0.0.1:9090
 streams_under_the_unit() { # URL
     printf '\n[streams]\nenabled = true\n\n[streams.otlp]\nurl = "http://%s/api/v1/otlp/v1/metrics"\ninterval_s = 2\n' \
         "$PROM" >>"$CONF"
     systemctl restart zerolayer-exporter.service
     wait_for 300 "the exporter with [streams] answers" scrape "$1"
+    one_stream_seen "$1" "zerolayer-exporter.service"
+    # (nothing is exported before there is a series to export)
     wait_for 60 "the exporter counts OTLP exports to a receiver not yet there" otlp_dropped "$1"
     start_prometheus
-    one_stream_seen "$1" "zerolayer-exporter.service"
     otlp_in_prometheus
     phase "token streams under the exporter unit, pushed over OTLP"
 }
