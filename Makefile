@@ -8,6 +8,8 @@
 #   make matrix   the kernel conformance suite in VMs, the smoke selection on
 #                 CI's kernels (vagrant/vm/matrix.sh; as root)
 #   make demo     provision, then `zerolayer demo` (as root)
+#   make vagrant-check  the Vagrantfile booted under libvirt, the demo and the
+#                 smoke tests in it, all removed after (vagrant/check.sh; as root)
 #   make man      the man pages from docs/commands/, into MANDIR
 #
 # unit and lint need no root and no apt: pip installs the package (editable)
@@ -23,7 +25,7 @@ KERNELS ?= $(shell bash -c '. vagrant/vm/lib.sh && kernel_names ci')
 MATRIX_ARGS ?= --smoke $(KERNELS)
 MANDIR ?= build/man
 
-.PHONY: unit lint test matrix demo man venv
+.PHONY: unit lint test matrix demo man venv vagrant-check
 
 venv: $(VENV)/.installed
 
@@ -48,6 +50,9 @@ matrix:
 
 demo:
 	bash vagrant/provision.sh demo
+
+vagrant-check:
+	bash vagrant/check.sh
 
 man:
 	python3 docs/build_man.py $(MANDIR)

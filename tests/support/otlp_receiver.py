@@ -108,3 +108,44 @@ def points(request, name: str) -> list[tuple[dict, dict, object]]:
                 data = m.histogram.data_points if m.HasField("histogram") else m.sum.data_points
                 out.extend((res, attrs(p.attributes), p) for p in data)
     return out
+
+
+def summary(request) -> dict:
+    """What the service suite checks of the latest export: per metric, per
+    service.name, the points' count (histograms) or value (sums), and each
+    resource's executable."""
+    out: dict = {"metrics": {}, "executables": {}}
+    for rm in request.resource_metrics:
+        res = attrs(rm.resource.attributes)
+        service = res.get("service.name", "")
+        out["executables"][service] = res.get("process.executable.name")
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.HasField("histogram"):
+                    for p in m.histogram.data_points:
+                        side = attrs(p.attributes).get("zerolayer.stream.side", "")
+                        key = f"{m.name}|{service}|{side}"
+                        out["metrics"][key] = out["metrics"].get(key, 0) + p.count
+    return out
+
+
+if __name__ == "__main__":
+    # otlp_receiver.py PORT SUMMARY.json: serve until killed, the latest
+    # export's summary() rewritten at each one (the service suite's receiver).
+    import json
+    import os
+    import sys
+
+    port, path = int(sys.argv[1]), sys.argv[2]
+    receiver = Receiver(port)
+    seen = 0
+    while True:
+        time.sleep(0.2)
+        with receiver._lock:
+            latest = receiver.requests[-1] if receiver.requests else None
+            count = len(receiver.requests)
+        if latest is not None and count != seen:
+            seen = count
+            with open(path + ".tmp", "w") as f:
+                json.dump(summary(latest), f)
+            os.replace(path + ".tmp", path)

@@ -330,60 +330,49 @@ one_stream_seen() { # URL WHO
 }
 
 # [streams] enabled = true: the exporter unit, confined as shipped, loads the
-# probes and serves the histograms, and pushes them over OTLP to Debian's
-# Prometheus (its OTLP receiver on), started only after the unit has a
-# stream to export: the exports fail first (counted), then get through,
-# without a restart.
-PROM=127.0.0.1:9090
+# probes and serves the histograms, and pushes them over OTLP to a receiver
+# (tests/support/otlp_receiver.py: OpenTelemetry's own protobuf classes)
+# started only after the unit has a stream to export: the exports fail
+# first (counted), then get through, without a restart. (Debian's
+# Prometheus builds, 2.42 and 2.53.3+ds1, have no OTLP receiver.)
+OTLP_PORT=4318
 streams_under_the_unit() { # URL
-    printf '\n[streams]\nenabled = true\n\n[streams.otlp]\nurl = "http://%s/api/v1/otlp/v1/metrics"\ninterval_s = 2\n' \
-        "$PROM" >>"$CONF"
+    printf '\n[streams]\nenabled = true\n\n[streams.otlp]\nurl = "http://127.0.0.1:%s/v1/metrics"\ninterval_s = 2\n' \
+        "$OTLP_PORT" >>"$CONF"
     systemctl restart zerolayer-exporter.service
     wait_for 300 "the exporter with [streams] answers" scrape "$1"
     one_stream_seen "$1" "zerolayer-exporter.service"
     # (nothing is exported before there is a series to export)
     wait_for 60 "the exporter counts OTLP exports to a receiver not yet there" otlp_dropped "$1"
-    start_prometheus
-    otlp_in_prometheus
+    $PY "$SHARE/otlp_receiver.py" "$OTLP_PORT" /tmp/otlp.json &
+    OTLP_RECEIVER=$!
+    wait_for 60 "the OTLP receiver listens" listening "$OTLP_PORT"
+    otlp_received
+    kill "$OTLP_RECEIVER" 2>/dev/null; wait "$OTLP_RECEIVER" 2>/dev/null
     phase "token streams under the exporter unit, pushed over OTLP"
 }
 otlp_dropped() { [ "$(scrape "$1" | awk '/^zerolayer_otlp_dropped_total\{reason="unreachable"\}/ { printf "%d", $NF }')" -ge 1 ]; }
-start_prometheus() {
-    mkdir -p /tmp/prom
-    printf 'global:\n  scrape_interval: 1h\n' >/tmp/prom/prometheus.yml
-    prometheus --config.file=/tmp/prom/prometheus.yml --storage.tsdb.path=/tmp/prom/data \
-        --web.listen-address="$PROM" --enable-feature=otlp-write-receiver \
-        >/tmp/prom/log 2>&1 &
-    wait_for 180 "Debian's Prometheus $(prometheus --version 2>&1 | awk 'NR == 1 { print $3 }') is ready" \
-        $PY -c 'import sys, urllib.request; urllib.request.urlopen(f"http://{sys.argv[1]}/-/ready", timeout=5)' "$PROM"
+# The receiver's summary of the latest export: KEY's count (metric|service|side).
+otlp_count() {
+    $PY -c 'import json, sys; print(json.load(open("/tmp/otlp.json"))["metrics"].get(sys.argv[1], 0))' "$1" 2>/dev/null || echo 0
 }
-# The value of PromQL QUERY at Prometheus, as an integer (0 when empty).
-promql() {
-    $PY - "$PROM" "$1" <<'PYEOF'
-import json, sys, urllib.parse, urllib.request
-url = f"http://{sys.argv[1]}/api/v1/query?" + urllib.parse.urlencode({"query": sys.argv[2]})
-result = json.load(urllib.request.urlopen(url, timeout=20))["data"]["result"]
-print(int(float(result[0]["value"][1])) if result else 0)
-PYEOF
-}
-# What one_stream_seen streamed (one stream of CHUNKS chunks, its client and
-# the mock both run by this job, zl-job.service), as Prometheus has it.
-otlp_in_prometheus() {
-    local first='gen_ai_client_operation_time_to_first_chunk_seconds_count{job="zl-job",gen_ai_provider_name="openai",gen_ai_operation_name="chat",gen_ai_request_model="gpt-test"}'
-    local gaps='gen_ai_client_operation_time_per_output_chunk_seconds_count{job="zl-job"}'
-    local server='zerolayer_stream_time_to_first_chunk_seconds_count{job="zl-job",zerolayer_stream_side="server"}'
-    has_one() { [ "$(promql "sum($first)")" = 1 ] && [ "$(promql "sum($server)")" = 1 ]; }
-    wait_for 60 "Prometheus holds the stream's first chunk, both sides, pushed over OTLP" has_one
+# What one_stream_seen streamed (one stream, its client and the mock both run
+# by this job, zl-job.service: the service both resources name).
+otlp_received() {
+    has_both() {
+        [ "$(otlp_count 'gen_ai.client.operation.time_to_first_chunk|zl-job|client')" = 1 ] &&
+            [ "$(otlp_count 'zerolayer.stream.time_to_first_chunk|zl-job|server')" = 1 ]
+    }
+    wait_for 60 "the receiver got the stream's first chunk, both sides, service zl-job" has_both
     local n g
     n="$(cat /tmp/zl-stream-chunks)"
-    g="$(promql "sum($gaps)")"
+    g="$(otlp_count 'gen_ai.client.operation.time_per_output_chunk|zl-job|client')"
     [ "$g" -eq $((n - 1)) ] || [ "$g" -eq $((n - 2)) ] \
-        || fail "Prometheus has $g chunk gaps of the client's stream, which read $n chunks"
-    ok "Prometheus has $g chunk gaps for the $n chunks the client read (under GenAI's names)"
-    [ "$(promql 'count(target_info{job="zl-job",process_executable_name=~"python3.*"})')" -ge 1 ] \
-        || fail "no target_info names zl-job's executable"
-    ok "service.name is the job's unit (zl-job), process.executable.name in target_info"
-    kill %?prometheus 2>/dev/null || pkill -x prometheus || true
+        || fail "the export has $g chunk gaps of the client's stream, which read $n chunks"
+    ok "the export has $g chunk gaps for the $n chunks the client read, under GenAI's names"
+    $PY -c 'import json; e = json.load(open("/tmp/otlp.json"))["executables"]["zl-job"]; assert e.startswith("python3"), e' \
+        || fail "the export does not name zl-job's executable"
+    ok "service.name is the job's unit (zl-job), process.executable.name its python"
 }
 
 # --- podman kube play -------------------------------------------------------------
@@ -403,6 +392,10 @@ kube() {
     phase "kube play"
     one_stream_seen "$url" "the pod's exporter ([streams] in the ConfigMap, hostPID)"
     phase "token streams in the pod"
+    podman exec zerolayer-pod-exporter /opt/zerolayer/venv/bin/python -c \
+        'import opentelemetry.exporter.otlp.proto.http.metric_exporter' \
+        || fail "the container image lacks the otlp extra"
+    ok "the container image has OpenTelemetry's SDK and OTLP exporter (the otlp extra)"
 
     # What the kubelet does when a ConfigMap changes: the mounted file is
     # rewritten in place; podman keeps the data in a volume of that name.

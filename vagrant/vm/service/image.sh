@@ -19,8 +19,7 @@ ZL_ME=vagrant/vm/service/image.sh
 # The rig's kernel whose Debian 13 userspace the service runs in.
 KERNEL=6.12
 OUT="$ZL_CACHE/service-$KERNEL"
-# prometheus: Debian 13's 2.53, the OTLP receiver of the streams' export.
-SYSTEM_PKGS=(systemd-sysv udev dbus podman crun conmon netavark aardvark-dns catatonit prometheus)
+SYSTEM_PKGS=(systemd-sysv udev dbus podman crun conmon netavark aardvark-dns catatonit)
 KEY_ONLY=""
 if [ "${1:-}" = --key ]; then
     KEY_ONLY=1 RIG="$ZL_CACHE/$KERNEL"   # as cached: no build
@@ -81,7 +80,7 @@ if [ "$(cat "$OUT/system/key" 2>/dev/null)" != "$SYSTEM_KEY" ] || [ ! -f "$OUT/s
     inroot apt-get clean
     services_on
     # A short TCG boot: nothing starts that the suite does not need.
-    inroot systemctl mask haproxy.service prometheus.service apt-daily.timer apt-daily-upgrade.timer \
+    inroot systemctl mask haproxy.service apt-daily.timer apt-daily-upgrade.timer \
         e2scrub_all.timer e2scrub_reap.service fstrim.timer dpkg-db-backup.timer \
         man-db.timer systemd-timesyncd.service getty@tty1.service >/dev/null 2>&1
     install -m 0755 "$HERE/zl-job" "$MNT/usr/local/sbin/zl-job"

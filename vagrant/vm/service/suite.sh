@@ -38,7 +38,8 @@ say "image ready after $((SECONDS - START)) s: $IMAGE"
 boot_setup service
 # What the guest runs and reads: the job share, never the repository.
 cp "$HERE/guest.sh" "$ZL_VM/log.sh" "$ZL_REPO/packaging/kubernetes/configmap.yaml" \
-   "$ZL_REPO/packaging/kubernetes/daemonset.yaml" "$BOOT_JOB/"
+   "$ZL_REPO/packaging/kubernetes/daemonset.yaml" "$ZL_REPO/tests/support/otlp_receiver.py" \
+   "$BOOT_JOB/"
 NICS=(-netdev "hubport,id=n1,hubid=0" -device "virtio-net-pci,netdev=n1,mac=52:54:00:7a:10:01"
       -netdev "hubport,id=n2,hubid=0" -device "virtio-net-pci,netdev=n2,mac=52:54:00:7a:10:02")
 
