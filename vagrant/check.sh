@@ -37,6 +37,17 @@ if [ "${1:-}" = --inner ]; then
     WORK="${2:?}"
     # libvirt's directories, this run's: the host's are hidden, not touched.
     mount -t tmpfs tmpfs /run
+    # The users the daemon resolves at start (as libvirt-daemon-system would
+    # add them), in this namespace's copy of the account files only: qemu
+    # runs as root here, dnsmasq as nobody.
+    cp /etc/passwd "$WORK/passwd"
+    cp /etc/group "$WORK/group"
+    for user in libvirt-qemu libvirt-dnsmasq; do
+        getent passwd "$user" >/dev/null || echo "$user:x:65534:65534::/nonexistent:/usr/sbin/nologin" >>"$WORK/passwd"
+        getent group "$user" >/dev/null || echo "$user:x:65534:" >>"$WORK/group"
+    done
+    mount --bind "$WORK/passwd" /etc/passwd
+    mount --bind "$WORK/group" /etc/group
     for dir in etc/libvirt var/lib/libvirt var/cache/libvirt var/log/libvirt; do
         mkdir -p "$WORK/libvirt/$dir"
         mount --bind "$WORK/libvirt/$dir" "/$dir"
@@ -51,6 +62,8 @@ remember_owner = 0
 security_driver = "none"
 namespaces = []
 stdio_handler = "file"
+swtpm_user = "root"
+swtpm_group = "root"
 EOF
     echo 'log_outputs = "3:file:/var/log/libvirt/libvirtd.log"' >/etc/libvirt/libvirtd.conf
     libvirtd --daemon --pid-file "$WORK/libvirtd.pid"
