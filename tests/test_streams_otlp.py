@@ -55,14 +55,20 @@ def cgroups(*paths: str):
                 os.rmdir(where)
 
 
-def client_in(cgroup_dir: str, api: str, port: int, text: str) -> dict:
-    """An SDK client started in CGROUP_DIR: its record (pid, chunk times)."""
+def joiner(cgroup_dir: str):
+    """A preexec_fn that puts the child in CGROUP_DIR before it runs."""
     def join() -> None:
         with open(f"{cgroup_dir}/cgroup.procs", "w") as f:
             f.write("0")
+    return join
 
-    done = subprocess.run([sys.executable, str(lab.CLIENT), api, f"http://127.0.0.1:{port}", text],
-                          preexec_fn=join, capture_output=True, text=True, timeout=60)
+
+def client_in(cgroup_dir: str, api: str, port: int, text: str, *args: str,
+              scheme: str = "http") -> dict:
+    """An SDK client started in CGROUP_DIR: its record (pid, chunk times)."""
+    done = subprocess.run([sys.executable, str(lab.CLIENT), api, f"{scheme}://127.0.0.1:{port}",
+                           text, *args], preexec_fn=joiner(cgroup_dir), capture_output=True,
+                          text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     return lab.json.loads(done.stdout.splitlines()[-1])
 
@@ -100,8 +106,13 @@ def config(tmp_path, ports=(), cgroups=(), otlp: str = "") -> str:
 
 
 def test_otlp_push_names_counts_and_identity(tmp_path):
-    mock_port, rx_port = free_ports(2)
+    """The openai SDK in a unit's cgroup, straight to the mock; the anthropic
+    SDK in a pod's container; the openai SDK through a TLS gateway (socat)
+    run in a unit of its own: each a resource named as its cgroup says."""
+    mock_port, rx_port, gw_port = free_ports(3)
     unit = f"zl-test-{uuid.uuid4().hex[:10]}"
+    gateway = f"zl-test-gw-{uuid.uuid4().hex[:8]}"
+    cert, key = lab.certificate(tmp_path)
     pod = str(uuid.uuid4())
     container = uuid.uuid4().hex + uuid.uuid4().hex
     pod_dir = f"{unit}.slice/kubepods-besteffort-pod{pod.replace('-', '_')}.slice"
@@ -109,22 +120,40 @@ def test_otlp_push_names_counts_and_identity(tmp_path):
     receiver = otlp_receiver.Receiver(rx_port)
     text = prompt()
     try:
-        with cgroups(f"{unit}.service", leaf) as root, lab.mock_server(tmp_path, mock_port), \
+        with cgroups(f"{unit}.service", leaf, f"{gateway}.service") as root, \
+                lab.mock_server(tmp_path, mock_port), \
+                lab.started(["socat", f"OPENSSL-LISTEN:{gw_port},bind=127.0.0.1,reuseaddr,fork,"
+                             f"cert={cert},key={key},verify=0", f"TCP:127.0.0.1:{mock_port}"],
+                            gw_port, preexec_fn=joiner(f"{root}/{gateway}.service")), \
                 lab.exporter("--config", config(
-                    tmp_path, [mock_port], [f"{unit}.service", leaf],
+                    tmp_path, [mock_port], [f"{unit}.service", leaf, f"{gateway}.service"],
                     f'url = "{receiver.url}"\ninterval_s = 1')) as (proc, url):
             plain = client_in(f"{root}/{unit}.service", "openai", mock_port, text)
             boxed = client_in(f"{root}/{leaf}", "anthropic", mock_port, text)
-            seen = {u: len(c["streams"][0]["times"]) for u, c in (("plain", plain),
-                                                                   ("boxed", boxed))}
+            relayed = client_in(f"{root}/{unit}.service", "openai", gw_port, text,
+                                "--cafile", str(cert), scheme="https")
+            seen = {u: len(c["streams"][0]["times"]) for u, c in (
+                ("plain", plain), ("boxed", boxed), ("relayed", relayed))}
             exe = os.path.basename(os.path.realpath(sys.executable))
+
+            def servers(r) -> int:  # the mock's three streams, the gateway's TLS one
+                return sum(p.count for _, a, p in otlp_receiver.points(
+                    r, "zerolayer.stream.time_to_first_chunk")
+                    if a["zerolayer.stream.side"] == "server"
+                    and a.get("server.port") in (mock_port, gw_port))
+
             ttfc = "gen_ai.client.operation.time_to_first_chunk"
             tpoc = "gen_ai.client.operation.time_per_output_chunk"
-            got = receiver.wait(lambda r: count(r, ttfc, unit) == 1 and count(r, ttfc, exe) >= 1
-                                and count(r, "zerolayer.stream.time_to_first_chunk", exe) >= 2
-                                and count(r, "gen_ai.client.operation.duration", unit) == 1)
+            got = receiver.wait(lambda r: count(r, ttfc, unit) == 2 and count(r, ttfc, gateway) == 1
+                                and servers(r) == 4
+                                and count(r, "gen_ai.client.operation.duration", unit) == 2)
             # the client in the unit: its own resource, GenAI's names and attributes
-            [(res, at, first)] = of_service(got, ttfc, unit)
+            # (straight to the mock, and through the gateway: over TLS)
+            by_tls = {at["zerolayer.tls"]: (res, at, p) for res, at, p in of_service(got, ttfc, unit)}
+            assert set(by_tls) == {"true", "false"}, by_tls
+            res, at, first = by_tls["false"]
+            assert by_tls["true"][1]["server.port"] == gw_port
+            assert by_tls["true"][2].count == 1
             assert res["process.executable.name"] == exe and "container.id" not in res
             assert res["service.instance.id"].split("/")[0] == socket.gethostname()
             assert at["gen_ai.operation.name"] == "chat"
@@ -133,9 +162,17 @@ def test_otlp_push_names_counts_and_identity(tmp_path):
             assert (at["server.address"], at["server.port"]) == ("127.0.0.1", mock_port)
             assert first.count == 1 and 0 < first.sum < 30
             gaps = count(got, tpoc, unit)
-            assert gaps in (seen["plain"] - 1, seen["plain"] - 2), (gaps, seen)  # issue 30's one
-            [(_, done_at, _)] = of_service(got, "gen_ai.client.operation.duration", unit)
-            assert done_at["zerolayer.stream.status"] == "done" and "error.type" not in done_at
+            want = seen["plain"] + seen["relayed"] - 2
+            assert gaps in (want, want - 1, want - 2), (gaps, seen)  # issue 30's one short
+            for _, done_at, _ in of_service(got, "gen_ai.client.operation.duration", unit):
+                assert done_at["zerolayer.stream.status"] == "done" and "error.type" not in done_at
+            # the gateway, a client of the mock: its unit is its service.name
+            [(res, at, hop)] = of_service(got, ttfc, gateway)
+            assert res["process.executable.name"] == "socat" and hop.count == 1
+            assert at["gen_ai.provider.name"] == "openai" and at["gen_ai.request.model"] == "gpt-test"
+            assert at["server.port"] == mock_port and at["zerolayer.tls"] == "false"
+            hop_gaps = count(got, tpoc, gateway)
+            assert hop_gaps in (seen["relayed"] - 1, seen["relayed"] - 2), (hop_gaps, seen)
             # the client in the pod's container: its resource names both
             boxed_points = [(r, a) for r, a, _ in otlp_receiver.points(got, ttfc)
                             if r.get("container.id") == container]
@@ -144,9 +181,9 @@ def test_otlp_push_names_counts_and_identity(tmp_path):
             assert res["k8s.pod.uid"] == pod and at["gen_ai.provider.name"] == "anthropic"
             assert res["service.instance.id"].endswith("/" + container[:12])
             # the server side: zerolayer's own names (a chunk is not a token)
-            server = [a for _, a, _ in otlp_receiver.points(got, "zerolayer.stream.time_to_first_chunk")
-                      if a.get("server.port") == mock_port]
-            assert {a["zerolayer.stream.side"] for a in server} == {"server"}
+            server = [(r, a) for r, a, _ in otlp_receiver.points(
+                got, "zerolayer.stream.time_to_first_chunk") if a.get("server.port") == gw_port]
+            assert [(r["service.name"], a["zerolayer.tls"]) for r, a in server] == [(gateway, "true")]
             # the Prometheus endpoint: the identity as labels, the exports counted
             metrics = scrape(url)
             assert f'service="{unit}"' in metrics
@@ -214,6 +251,14 @@ def test_otlp_survives_a_receiver_down_refusing_hanging_or_huge(tmp_path):
             got = receiver.wait(lambda r: count(
                 r, "gen_ai.client.operation.time_to_first_chunk", unit) == streams, timeout=60)
             assert count(got, "gen_ai.client.operation.duration", unit) == streams
+            # the receiver killed and started again: nothing lost but counted drops
+            unreachable = sample(scrape(url), "zerolayer_otlp_dropped_total", reason="unreachable")
+            receiver.close()
+            stream()
+            wait_sample(url, "zerolayer_otlp_dropped_total", unreachable + 1, reason="unreachable")
+            receiver = otlp_receiver.Receiver(rx_port)
+            got = receiver.wait(lambda r: count(
+                r, "gen_ai.client.operation.time_to_first_chunk", unit) == streams, timeout=60)
             err = proc.stderr
             receiver.mode = "hang"  # SIGTERM while an export hangs: still on time
             time.sleep(1.5)
