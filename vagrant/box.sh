@@ -68,7 +68,10 @@ echo 'UseDNS no' >"$MNT/etc/ssh/sshd_config.d/vagrant.conf"
 # Host keys made at the first boot, not baked in: every VM of the box its own.
 rm -f "$MNT"/etc/ssh/ssh_host_*
 mkdir -p "$MNT/etc/systemd/system/ssh.service.d"
-printf '[Service]\nExecStartPre=/usr/bin/ssh-keygen -A\n' >"$MNT/etc/systemd/system/ssh.service.d/keys.conf"
+# (Debian's unit checks the configuration first, which fails with no keys:
+# its ExecStartPre is reset, the keys made, then the check.)
+printf '[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n' \
+    >"$MNT/etc/systemd/system/ssh.service.d/keys.conf"
 # DHCP on the first NIC (net.ifnames=0 on the command line: eth0).
 printf '[Match]\nName=eth0\n\n[Network]\nDHCP=ipv4\n' >"$MNT/etc/systemd/network/eth0.network"
 inroot systemctl enable systemd-networkd ssh >/dev/null 2>&1
