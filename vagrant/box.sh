@@ -17,6 +17,13 @@ ZL_ME=vagrant/box.sh
 # shellcheck source=vagrant/vm/lib.sh
 . "$HERE/vm/lib.sh"
 need_root "chroot and loop mounts need it"
+# The image is mounted in a mount namespace of this script's own: a
+# namespace another process makes meanwhile (any `ip netns exec`) would
+# otherwise copy the mount, keep the file system open past the unmount
+# here, and the box would be taken of a file system not yet written back.
+if [ -z "${ZL_BOX_PRIVATE:-}" ]; then
+    ZL_BOX_PRIVATE=1 exec unshare --mount --propagation private bash "${BASH_SOURCE[0]}" "$@"
+fi
 KERNEL=6.1   # Debian 12's userspace and kernel (vagrant/vm/kernels)
 OUT="$ZL_CACHE/vagrant-box"
 need_tools qemu-img:qemu-utils
@@ -82,6 +89,8 @@ inroot systemctl mask haproxy.service apt-daily.timer apt-daily-upgrade.timer \
 echo zerolayer-box >"$MNT/etc/hostname"
 echo '/dev/vda / ext4 defaults 0 1' >"$MNT/etc/fstab"
 unmount_all
+# Clean, or the box would boot a file system needing recovery.
+e2fsck -fn "$WORK/root.ext4" >/dev/null 2>&1 || die "the box's file system is not clean after its unmount"
 phase "box image"
 
 mkdir -p "$WORK/box"

@@ -80,7 +80,11 @@ EOF
     ZL_PHASE=$SECONDS
     vagrant box add --name "$ZEROLAYER_VAGRANT_BOX" "$BOX" >&2
     phase "vagrant box add"
-    vagrant up --provider=libvirt >&2
+    vagrant up --provider=libvirt 2>&1 | tee "$WORK/up.log" >&2
+    if [ -n "$EMULATE" ]; then
+        grep -q "zerolayer: libvirt emulates this VM" "$WORK/up.log" ||
+            die "KVM cannot boot a stock kernel here, and the Vagrantfile did not say it emulates"
+    fi
     phase "vagrant up (boot, rsync, provision)"
     vagrant ssh -c 'sudo zerolayer demo' 2>&1 | tee "$WORK/demo.log" >&2
     grep -q "every counter matches" "$WORK/demo.log" || die "the demo did not say: every counter matches"
@@ -150,7 +154,9 @@ done
 ip netns add "$RUN"
 ip -n "$RUN" link set lo up
 say "run $RUN, the VM $([ -n "$EMULATE" ] && echo "emulated (TCG)" || echo "under KVM")"
-ZEROLAYER_VAGRANT_BOX="zerolayer-local-$RUN" ZEROLAYER_VAGRANT_EMULATE="$EMULATE" BOX="$BOX" \
+# The Vagrantfile decides KVM or emulation itself, as for any user (it reads
+# the probe above); the check only asserts that it said so.
+ZEROLAYER_VAGRANT_BOX="zerolayer-local-$RUN" EMULATE="$EMULATE" BOX="$BOX" \
     ip netns exec "$RUN" unshare --mount --propagation private \
     bash "${BASH_SOURCE[0]}" --inner "$WORK"
 say "vagrant check passed in $((SECONDS - START)) s"
