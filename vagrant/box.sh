@@ -59,8 +59,10 @@ mount_at -t tmpfs tmpfs "$MNT/run"
 mount_at -t tmpfs tmpfs "$MNT/tmp"
 services_off
 inroot apt-get update -q >&2
+# man-db and bash-completion: what provision.sh installs besides the rig's
+# packages (the check's guest reaches no mirror).
 inroot apt-get install -y -q --no-install-recommends systemd-sysv udev dbus openssh-server \
-    sudo rsync >&2
+    sudo rsync man-db bash-completion >&2
 inroot apt-get clean
 services_on
 # What a box owes Vagrant: the vagrant user, sudo without a password, the
