@@ -81,7 +81,6 @@ struct zl_st_msghdr {
 #define ZL_ST_PEEK 16
 #define ZL_ST_NO 0
 #define ZL_ST_YES 1
-#define ZL_ST_H2_MIDWAY 2 /* HTTP/2 frames, no preface: tracked for this call only, counted */
 
 struct zl_st_key {
 	__u32 tgid;
@@ -91,7 +90,7 @@ struct zl_st_key {
 
 struct zl_st_conn {
 	__u64 seq[2]; /* bytes seen so far, read (0) and written (1) */
-	__u8 skip;    /* HTTP/2 joined mid-way: nothing more is copied */
+	__u8 unused;
 	__u8 told;    /* userspace has its description (CONN or LINK) */
 	__u8 pad[6];
 };
@@ -398,9 +397,10 @@ static __always_inline int zl_st_h2_frame(const char *p)
 /* Whether the first bytes of a connection's data at BUF (LEN bytes) are worth
  * tracking: an HTTP/1.x request or response, an event stream (mid-stream,
  * for connections older than the observer), possibly inside a chunk of
- * chunked transfer encoding; HTTP/2's preface; or HTTP/2 frames of a
- * connection older than the observer, whose HPACK context is gone: counted
- * only. */
+ * chunked transfer encoding; HTTP/2's preface; or whole HTTP/2 frames (a
+ * server's SETTINGS, written before it reads the client's preface, or a
+ * connection older than the observer, which userspace counts and evicts:
+ * its HPACK context is gone). */
 static __always_inline int zl_st_recognise(const void *buf, __u64 len)
 {
 	char p[ZL_ST_PEEK + 8] = {};
@@ -429,9 +429,9 @@ static __always_inline int zl_st_recognise(const void *buf, __u64 len)
 		__u64 end = 9 + (((__u64)(__u8)p[1] << 8) | (__u8)p[2]);
 
 		if (end == len)
-			return ZL_ST_H2_MIDWAY;
+			return ZL_ST_YES;
 		if (end + 9 <= len && !bpf_probe_read_user(p, 9, buf + end) && zl_st_h2_frame(p))
-			return ZL_ST_H2_MIDWAY;
+			return ZL_ST_YES;
 		return ZL_ST_NO;
 	}
 	if (zl_st_sse_at(p))
@@ -566,8 +566,6 @@ static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s
 	int verdict;
 
 	if (conn) {
-		if (conn->skip)
-			return NULL;
 		/* its CONN found the ring full: told now, as a LINK (its
 		 * offsets go on), before the bytes */
 		if (!conn->told)
@@ -584,11 +582,6 @@ static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s
 		return NULL;
 	}
 	fresh.told = zl_st_announce(key, fd, ts, ZL_ST_CONN);
-	if (verdict == ZL_ST_H2_MIDWAY) {
-		fresh.skip = 1; /* this first call is still copied, for userspace to count */
-		bpf_map_update_elem(&zl_st_conns, key, &fresh, BPF_ANY);
-		return bpf_map_lookup_elem(&zl_st_conns, key);
-	}
 	bpf_map_update_elem(&zl_st_conns, key, &fresh, BPF_ANY);
 	return bpf_map_lookup_elem(&zl_st_conns, key);
 }

@@ -266,7 +266,8 @@ class Http2Direction:
                 take = min(self._need, n - i)
                 want = PREFACE[len(PREFACE) - self._need:][:take]
                 if b[i:i + take] != want:
-                    self.give_up("framing", out)
+                    # (not even its first line seen: the connection began before us)
+                    self.give_up("midway" if self._need == len(PREFACE) else "framing", out)
                     continue
                 i += take
                 self._need -= take

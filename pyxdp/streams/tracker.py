@@ -115,9 +115,9 @@ class _H2:
 
     __slots__ = ("client", "requests", "responses", "exchanges", "unreadable")
 
-    def __init__(self, client: bool) -> None:
+    def __init__(self, client: bool, preface_done: int = http2.PREFACE_LINE) -> None:
         self.client = client  # this process wrote the preface
-        self.requests = http2.Http2Direction(True, preface_done=http2.PREFACE_LINE)
+        self.requests = http2.Http2Direction(True, preface_done=preface_done)
         self.responses = http2.Http2Direction(False)
         self.exchanges: dict[int, _Exchange] = {}
         self.unreadable = False
@@ -272,12 +272,8 @@ class StreamTracker:
         if d.skipped != skipped:
             self._c["skipped_bytes"] += d.skipped - skipped
             if d.role is None and not lost and http2.looks_like_frames(payload):
-                # HTTP/2 joined mid-way: HPACK's context began before us, so nothing
-                # of it can be read (never guessed)
-                self._c["http2_unreadable"] += 1
-                self._c["http2_midway"] += 1
-                c.wrote.ignore()
-                c.read.ignore()
+                self._h2_frames_first(c, outgoing, payload, t_ns, d.skipped == len(payload))
+                return
         if not out:
             return
         for kind, a, b, x in out:
@@ -673,6 +669,30 @@ class StreamTracker:
                             self._finish(c, x.stream, t, "cancelled", "goaway")
             elif kind == http2.UNREADABLE:
                 self._h2_unreadable(c, h, d, a, t)
+                if a == "midway":
+                    return  # evicted
+
+    def _h2_frames_first(self, c: _Conn, outgoing: bool, payload: bytes, t: int,
+                         first: bool) -> None:
+        """HTTP/2 frames where a connection's bytes began: a server's own
+        preface (a SETTINGS frame, written before it reads the client's) on
+        a connection that carried nothing else, followed; otherwise HTTP/2
+        joined mid-way, whose HPACK context began before us: counted and
+        evicted (the kernel then ignores it), never guessed."""
+        if first and c.read.role is None and c.wrote.role is None and payload[3:5] == b"\x04\x00":
+            c.h2 = _H2(client=not outgoing, preface_done=0)
+            c.wrote.ignore()
+            c.read.ignore()
+            self._h2_data(c, outgoing, payload, t, 0)
+            return
+        self._h2_midway(c)
+
+    def _h2_midway(self, c: _Conn) -> None:
+        self._c["http2_unreadable"] += 1
+        self._c["http2_midway"] += 1
+        self._evict(c)
+        if c.h2 is not None:
+            c.h2.exchanges.clear()
 
     def _h2_side(self, h: _H2) -> str:
         return "client" if h.client else "server"
@@ -770,6 +790,9 @@ class StreamTracker:
     def _h2_unreadable(self, c: _Conn, h: _H2, d: http2.Http2Direction, reason: str,
                        t: int) -> None:
         """D can no longer be read: the streams whose bytes it carries end incomplete."""
+        if reason == "midway":  # (no preface where the client's bytes began)
+            self._h2_midway(c)
+            return
         self._c["http2_" + reason] += 1
         if not h.unreadable:
             h.unreadable = True
