@@ -5,7 +5,8 @@ protoc step: the service is a generic handler whose messages are bytes.
     grpc_peer.py server PORT GAP_MS      serves /zl.Tokens/Stream on 127.0.0.1:PORT
     grpc_peer.py client PORT N [FAIL]    asks for N messages (the server fails after
                                          FAIL of them, if given) and prints, as JSON,
-                                         its pid, the messages it received and the status
+                                         its pid, the messages it received, when each
+                                         came (CLOCK_MONOTONIC, ns) and the status
 
 A request is "N FAIL PROMPT": the server answers N messages GAP_MS apart
 (each a few bytes of filler, never the prompt), then ends with status OK,
@@ -43,13 +44,14 @@ def serve(port: int, gap_ms: float) -> None:
 def call(port: int, n: int, fail: int, prompt: str) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = channel.unary_stream(METHOD)
-        got, status = 0, "OK"
+        got, status, times = 0, "OK", []
         try:
             for _ in stub(f"{n} {fail} {prompt}".encode(), timeout=30):
+                times.append(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
                 got += 1
         except grpc.RpcError as e:
             status = e.code().name
-    print(json.dumps({"pid": os.getpid(), "messages": got, "status": status}))
+    print(json.dumps({"pid": os.getpid(), "messages": got, "status": status, "times": times}))
 
 
 if __name__ == "__main__":
