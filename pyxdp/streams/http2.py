@@ -146,7 +146,7 @@ class _Skip:
         pass
 
 
-_SKIP = _Skip()
+_NO_SINK = _Skip()
 
 
 class Http2Direction:
@@ -216,8 +216,8 @@ class Http2Direction:
             st = self.state
             if st == _BODY:
                 take = self._left if self._left < n - i else n - i
-                sink = self._sinks.get(self._sid, _SKIP)
-                if sink is not _SKIP:
+                sink = self._sinks.get(self._sid, _NO_SINK)
+                if sink is not _NO_SINK:
                     self._sink_feed(sink, b[i:i + take] if take < n or i else b, out)
                 i += take
                 self._left -= take
@@ -421,7 +421,7 @@ class Http2Direction:
         elif head.event_stream and not head.compressed:
             self._sinks[sid] = SseEvents()
         else:
-            self._sinks[sid] = _SKIP
+            self._sinks[sid] = _NO_SINK
 
     def _end(self, sid: int, out: list) -> None:
         sink = self._sinks.pop(sid, None)
