@@ -552,7 +552,9 @@ _PIECES = [request(), sse_head(), *chunked(openai_events(tuple("abc"), usage=3))
            *chunked(anthropic_events(("x", "y"))), b"HTTP/1.1 100 Continue\r\n\r\n",
            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello", b"PRI * HTTP/2.0\r\n\r\n",
            b"HTTP/1.1 101 Up\r\n\r\n", b"0\r\n\r\n", b"data: x\n\n", b"\r", b"fffffff\r\n",
-           b"event: error\ndata: {}\n\n", b"HTTP/1.1 503 No\r\ncontent-length: 0\r\n\r\n"]
+           b"event: error\ndata: {}\n\n", b"HTTP/1.1 503 No\r\ncontent-length: 0\r\n\r\n",
+           b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+           b"\x00\x00\x00\x04\x00\x00\x00\x00\x00", b"\x00\x00\x04\x03\x00\x00\x00\x00\x01\x00\x00\x00\x08"]
 
 
 @settings(max_examples=300, deadline=None)

@@ -533,6 +533,10 @@ class StreamTracker:
             self._response(c, outgoing, None, True, False, t)
         elif kind == http1.HTTP2:
             self._c["http2_connections"] += 1
+            for s in _open_of(c):  # HTTP/1.x before it (an h2c upgrade, not followed): over
+                self._finish(c, s, t, "cancelled", "body")
+            c.stream = None
+            c.reqs.clear()
             c.h2 = _H2(client=outgoing)
             (c.read if outgoing else c.wrote).ignore()
             if a:
