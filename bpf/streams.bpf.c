@@ -81,7 +81,6 @@ struct zl_st_msghdr {
 #define ZL_ST_PEEK 16
 #define ZL_ST_NO 0
 #define ZL_ST_YES 1
-#define ZL_ST_HTTP2 2 /* tracked for its preface only: counted, not followed */
 
 struct zl_st_key {
 	__u32 tgid;
@@ -91,7 +90,7 @@ struct zl_st_key {
 
 struct zl_st_conn {
 	__u64 seq[2]; /* bytes seen so far, read (0) and written (1) */
-	__u8 skip;    /* HTTP/2: nothing more is copied */
+	__u8 unused;
 	__u8 told;    /* userspace has its description (CONN or LINK) */
 	__u8 pad[6];
 };
@@ -380,10 +379,28 @@ static __always_inline int zl_st_sse_at(const char *p)
 	       (p[0] == 'i' && p[1] == 'd' && p[2] == ':') || (p[0] == ':' && p[1] == ' ');
 }
 
+/* Whether P (9 bytes) is a plausible HTTP/2 frame header: a length within
+ * the default maximum (16 KiB), a type of RFC 9113, the reserved bit clear,
+ * and a stream id that fits the type. */
+static __always_inline int zl_st_h2_frame(const char *p)
+{
+	__u8 type = p[3];
+	int sid0 = !(p[5] | p[6] | p[7] | p[8]);
+
+	if (p[0] != 0 || (__u8)p[1] > 0x40 || type > 9 || (p[5] & 0x80))
+		return 0;
+	if (type == 4 || type == 6 || type == 7) /* SETTINGS, PING, GOAWAY */
+		return sid0;
+	return type == 8 || !sid0; /* WINDOW_UPDATE: either */
+}
+
 /* Whether the first bytes of a connection's data at BUF (LEN bytes) are worth
  * tracking: an HTTP/1.x request or response, an event stream (mid-stream,
  * for connections older than the observer), possibly inside a chunk of
- * chunked transfer encoding; or HTTP/2's preface, counted only. */
+ * chunked transfer encoding; HTTP/2's preface; or whole HTTP/2 frames (a
+ * server's SETTINGS, written before it reads the client's preface, or a
+ * connection older than the observer, which userspace counts and evicts:
+ * its HPACK context is gone). */
 static __always_inline int zl_st_recognise(const void *buf, __u64 len)
 {
 	char p[ZL_ST_PEEK + 8] = {};
@@ -405,7 +422,18 @@ static __always_inline int zl_st_recognise(const void *buf, __u64 len)
 	    (p[0] == 'O' && p[1] == 'P' && p[2] == 'T' && p[3] == 'I' && p[4] == 'O'))
 		return ZL_ST_YES;
 	if (p[0] == 'P' && p[1] == 'R' && p[2] == 'I' && p[3] == ' ' && p[4] == '*')
-		return ZL_ST_HTTP2;
+		return ZL_ST_YES; /* followed both ways (pyxdp.streams.http2) */
+	if (zl_st_h2_frame(p) && len >= 9) {
+		/* a frame header; the call must hold whole frames: this one
+		 * exactly, or another frame header right after it */
+		__u64 end = 9 + (((__u64)(__u8)p[1] << 8) | (__u8)p[2]);
+
+		if (end == len)
+			return ZL_ST_YES;
+		if (end + 9 <= len && !bpf_probe_read_user(p, 9, buf + end) && zl_st_h2_frame(p))
+			return ZL_ST_YES;
+		return ZL_ST_NO;
+	}
 	if (zl_st_sse_at(p))
 		return ZL_ST_YES;
 	/* a chunk-size line: up to 6 hex digits, CRLF, then the event (read
@@ -538,8 +566,6 @@ static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s
 	int verdict;
 
 	if (conn) {
-		if (conn->skip)
-			return NULL;
 		/* its CONN found the ring full: told now, as a LINK (its
 		 * offsets go on), before the bytes */
 		if (!conn->told)
@@ -556,11 +582,6 @@ static __always_inline struct zl_st_conn *zl_st_track(struct zl_st_key *key, __s
 		return NULL;
 	}
 	fresh.told = zl_st_announce(key, fd, ts, ZL_ST_CONN);
-	if (verdict == ZL_ST_HTTP2) {
-		fresh.skip = 1; /* this first call is still copied, for userspace to count */
-		bpf_map_update_elem(&zl_st_conns, key, &fresh, BPF_ANY);
-		return bpf_map_lookup_elem(&zl_st_conns, key);
-	}
 	bpf_map_update_elem(&zl_st_conns, key, &fresh, BPF_ANY);
 	return bpf_map_lookup_elem(&zl_st_conns, key);
 }

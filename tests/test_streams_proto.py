@@ -228,11 +228,16 @@ def test_request_model_and_stream_found_across_any_split_and_any_size():
         assert out[-1][:3] == (http1.REQUEST_END, "llama-3", True)
 
 
-def test_http2_preface_is_recognised_and_the_rest_ignored():
+def test_http2_preface_is_recognised_and_the_rest_handed_on():
+    """The preface's first line ends HTTP/1.x; the bytes after it go, whole,
+    to the HTTP/2 parser (pyxdp.streams.http2), and later ones are ignored here."""
     d = http1.HttpDirection()
     out: list = []
-    d.feed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(range(256)) * 10, 0, out)
-    assert [m[0] for m in out] == [http1.HTTP2] and d.skipped > 2000
+    rest = b"\r\nSM\r\n\r\n" + bytes(range(256)) * 10
+    d.feed(b"PRI * HTTP/2.0\r\n" + rest, 0, out)
+    assert out == [(http1.HTTP2, rest, None, None)] and d.skipped == 0
+    d.feed(b"more", 0, out)
+    assert len(out) == 1 and d.skipped == 4
 
 
 def test_compressed_event_stream_is_counted_not_parsed():

@@ -259,14 +259,14 @@ def test_lost_bytes_are_counted_and_the_stream_goes_on():
     assert tr.counters["lost_bytes"] == s["lost_bytes"] and tr.counters["resyncs"] >= 1
 
 
-def test_compressed_and_http2_are_counted_not_streams():
+def test_compressed_is_counted_not_a_stream_and_http2_settings_alone_make_none():
     tr = StreamTracker()
     stream(tr, (1, 1), [b"\x1f\x8b" + bytes(100)], head=sse_head(b"Content-Encoding: gzip\r\n"))
     tr.data((1, 2), True, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04", 0)
     tr.data((1, 2), False, b"\x00\x00\x06\x04\x00\x00\x00\x00\x00" * 3, 1)
     assert tr.pop_finished() == [] and tr.open_streams() == []
     c = tr.counters
-    assert (c["compressed"], c["http2"]) == (1, 1)
+    assert (c["compressed"], c["http2_connections"], c["http2_unreadable"]) == (1, 1, 0)
 
 
 def test_stalls_and_gaps():
@@ -552,7 +552,9 @@ _PIECES = [request(), sse_head(), *chunked(openai_events(tuple("abc"), usage=3))
            *chunked(anthropic_events(("x", "y"))), b"HTTP/1.1 100 Continue\r\n\r\n",
            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello", b"PRI * HTTP/2.0\r\n\r\n",
            b"HTTP/1.1 101 Up\r\n\r\n", b"0\r\n\r\n", b"data: x\n\n", b"\r", b"fffffff\r\n",
-           b"event: error\ndata: {}\n\n", b"HTTP/1.1 503 No\r\ncontent-length: 0\r\n\r\n"]
+           b"event: error\ndata: {}\n\n", b"HTTP/1.1 503 No\r\ncontent-length: 0\r\n\r\n",
+           b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+           b"\x00\x00\x00\x04\x00\x00\x00\x00\x00", b"\x00\x00\x04\x03\x00\x00\x00\x00\x01\x00\x00\x00\x08"]
 
 
 @settings(max_examples=300, deadline=None)

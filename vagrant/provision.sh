@@ -31,7 +31,8 @@ case "$ACTION" in ""|demo|test|lint|dev) ;; *) die "unknown action '$ACTION' (us
 # dependency) loads every BPF program. bpftool: the tests read the objects'
 # BTF with it. tmux: the tests drive
 # `zerolayer top` in a pane.
-# socat, haproxy: peers of the relay bench. gcc: the bench compiles its splice
+# socat, haproxy: peers of the relay bench; haproxy also serves TLS with
+# HTTP/2 (ALPN h2) and h2c in the streams tests (tests/test_streams_http2.py). gcc: the bench compiles its splice
 # relay and its delivery C consumer, and pip builds pyxdp's compiled AF_XDP
 # core (pyxdp/xsk/_core.c) with it and python3-dev's headers. strace: the
 # concurrency test slows a writer of the port set with it

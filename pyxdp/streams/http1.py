@@ -51,7 +51,7 @@ REQUEST_END = 2    # a: model named by the body (str|None), b: streaming (bool: 
 RESPONSE_HEAD = 3  # a: status (int), b: event stream (bool), c: compressed (bool)
 EVENT = sse_events.EVENT  # 4, a: the classified event (api_events.classify)
 RESPONSE_END = 5   # the body ended as its framing says (chunk terminator, Content-Length)
-HTTP2 = 6          # the HTTP/2 preface: the direction is ignored from here on
+HTTP2 = 6          # the HTTP/2 preface's first line; a: the bytes after it (the rest of the read)
 UPGRADE = 7        # 101 Switching Protocols or a CONNECT tunnel: ignored from here on
 MIDSTREAM = 8      # an event stream already under way (the observer began after its head)
 
@@ -64,7 +64,7 @@ _MIDSTREAM = re.compile(rb"(?:([0-9A-Fa-f]{1,8})\r\n)?(?:data:|event:|id:|: )")
 _CHUNK_SIZE = re.compile(rb"(?:^|\r\n)([0-9A-Fa-f]{1,8})(?:;[^\r\n]{0,200})?\r\n")
 
 
-class _RequestBody:
+class RequestBody:
     """Finds the requested model and `"stream": true` in a request body of
     any size, keeping only a short tail between feeds."""
 
@@ -130,13 +130,19 @@ class HttpDirection:
         self._line = b""
         self._drop = False
         self._remaining = 0
-        self._sink: SseEvents | _RequestBody | _Skip = _SKIP
+        self._sink: SseEvents | RequestBody | _Skip = _SKIP
         self._head: dict = _NO_HEAD
         self._is_request = False
 
     def __repr__(self) -> str:
         return (f"<HttpDirection state={self.state} role={self.role} lost={self.lost_bytes} "
                 f"buffered={len(self._line)}>")
+
+    def ignore(self) -> None:
+        """Nothing more of this direction is HTTP/1.x (HTTP/2 took it over)."""
+        self.state = _IGNORE
+        self._sink = _SKIP
+        self._line = b""
 
     @property
     def until_close(self) -> bool:
@@ -310,6 +316,11 @@ class HttpDirection:
                 else:
                     self._head_done(out)
             elif st == _START:
+                if line.startswith(_H2_PREFACE):
+                    # HTTP/2 (pyxdp.streams.http2) from here: the rest of this read goes with it
+                    self.state = _IGNORE
+                    out.append((HTTP2, b, None, None))
+                    return b""
                 if line:
                     self._start_line(line, out)
                     if self.state == _SYNC:
@@ -336,10 +347,6 @@ class HttpDirection:
                 or any(m[:len(head)] == head[:len(m)] for m in _METHODS))
 
     def _start_line(self, line: bytes, out: list) -> None:
-        if line.startswith(_H2_PREFACE):
-            self.state = _IGNORE
-            out.append((HTTP2, None, None, None))
-            return
         parts = line.split(b" ", 2)
         self._head = {}
         if parts[0].startswith(b"HTTP/1.") and len(parts) >= 2 and parts[1].isdigit():
@@ -372,7 +379,7 @@ class HttpDirection:
             method = h["method"]
             streaming = b"text/event-stream" in h.get(b"accept", b"")
             out.append((REQUEST_HEAD, method, h["api"], streaming))
-            self._sink = _RequestBody()
+            self._sink = RequestBody()
             if streaming:
                 self._sink.stream = True
             if chunked:
@@ -432,8 +439,8 @@ class HttpDirection:
     def _end(self, out: list) -> None:
         sink = self._sink
         if self._is_request:
-            model = sink.model if isinstance(sink, _RequestBody) else None
-            stream = sink.stream if isinstance(sink, _RequestBody) else False
+            model = sink.model if isinstance(sink, RequestBody) else None
+            stream = sink.stream if isinstance(sink, RequestBody) else False
             out.append((REQUEST_END, model, stream, None))
         else:
             out.append((RESPONSE_END, None, None, None))

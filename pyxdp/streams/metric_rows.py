@@ -32,9 +32,10 @@ STREAM_EVICTIONS = Metric("stream_evictions", "Open streams dropped to keep the 
 # These three are read from the tracker's own counters (StreamTracker.counters).
 STREAMS_OPEN = Metric("streams_open", "Token streams under way", kind="gauge")
 STREAM_UNSUPPORTED = Metric(
-    "stream_unsupported", "What was recognised but not parsed: HTTP/2 connections, compressed "
-    "streaming responses, upgraded connections", by="kind",
-    reasons=("http2", "compressed", "upgraded"))
+    "stream_unsupported", "What was recognised but not parsed: HTTP/2 connections that could "
+    "not be read (joined mid-way, bytes lost, HPACK or framing broken), compressed streaming "
+    "responses, upgraded connections", by="kind",
+    reasons=("http2_unreadable", "compressed", "upgraded"))
 STREAM_LOST_BYTES = Metric("stream_lost_bytes", "Bytes the capture lost (the parser "
                            "resynchronised)", unit="bytes")
 # These two are the exporter's watchdog's (pyxdp.streams.watchdog).

@@ -19,6 +19,14 @@ def lines(counters: dict, ends_missed: int, behind: int, failures: dict[str, int
     if c.get("unconfirmed"):
         out.append(f"{c['unconfirmed']} connections joined mid-way looked like an event stream "
                    "but gave no well-formed event (a binary protocol): not reported")
+    if c.get("http2_unreadable"):
+        why = ", ".join(f"{reason} {c[key]}" for reason, key in (
+            ("joined mid-way", "http2_midway"), ("bytes lost", "http2_lost"),
+            ("HPACK", "http2_hpack"), ("framing", "http2_framing"),
+            ("a header block too long", "http2_oversized")) if c.get(key))
+        out.append(f"{c['http2_unreadable']} HTTP/2 connections could not be read ({why}): "
+                   "HPACK's context was lost, so their streams end incomplete or, joined "
+                   "mid-way, are not reported")
     if c["lost_bytes"]:
         out.append(f"{c['lost_bytes']} bytes never reached the observer (a call longer than it "
                    "copies, or the ring full): the streams they belonged to are incomplete")

@@ -43,8 +43,9 @@ EXIT_KEY, FORK_KEY = 2, 3
 PIECE = 4096  # payload bytes per event
 PIECES = 4  # events per call at most: a longer call is partly missed, and counted
 # iovecs read per readv/writev/recvmsg/sendmsg (the first in up to PIECES pieces,
-# the others in one each): asyncio on Python 3.12+ sends many small buffers at once
-IOVS = 16
+# the others in one each): asyncio on Python 3.12+ sends many small buffers at once,
+# and gRPC core sends a header block as a buffer per HPACK field (two dozen a request)
+IOVS = 64
 RING_PAGES = 4096  # 16 MiB of ring buffer: a quarter second of a flood on loopback
 MAX_PIDS = 1024  # entries of zl_st_pids
 # Calls in a row on an untracked socket that are not HTTP before it is

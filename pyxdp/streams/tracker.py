@@ -18,7 +18,7 @@ parser's bounded line buffer.
 from collections import OrderedDict, deque
 
 from pyxdp.human import escaped
-from pyxdp.streams import api_events, http1, identity
+from pyxdp.streams import api_events, http1, http2, identity
 from pyxdp.streams.gaps import Gaps
 
 _COMM_MAX = 32
@@ -27,6 +27,11 @@ _MAX_PENDING = 16  # requests awaiting their response on one connection
 # tracked one, until their close: beyond, the oldest is forgotten, and a
 # later byte of it may again begin a stream joined mid-way.
 _EVICTED_PER_STREAM = 8
+# HTTP/2 stream ids followed at once on one connection (both directions'
+# parsers follow http2.MAX_STREAMS each); beyond, the oldest is evicted.
+_H2_EXCHANGES = 2 * http2.MAX_STREAMS
+_GRPC_CHUNK = (api_events.CHUNK, "grpc", None, None, 0)  # a gRPC message, as an event
+_GRPC_METHOD_MAX = 128
 
 
 def _printable(value, limit: int) -> str | None:
@@ -41,7 +46,8 @@ class _Stream:
 
     __slots__ = ("side", "api", "model", "model_from_stream", "events", "chunks", "tokens",
                  "base_ns", "first_ns", "last_chunk_ns", "last_ns", "start_ns", "gaps", "stalls",
-                 "status", "end", "http_status", "lost", "labels", "midway", "operation")
+                 "status", "end", "http_status", "lost", "labels", "midway", "operation", "http",
+                 "grpc_method")
 
     def __init__(self, side: str, api: str | None, model: str | None, base_ns: int | None,
                  start_ns: int, operation: str | None = None) -> None:
@@ -68,6 +74,8 @@ class _Stream:
         # joined mid-way (no response head seen): a stream only once a
         # well-formed event comes; a binary protocol's bytes never make one
         self.midway = False
+        self.http = "1.1"
+        self.grpc_method: str | None = None  # a gRPC call's path, cut and escaped
 
     def __repr__(self) -> str:
         return f"<stream {self.side} {self.api} {self.status} chunks={self.chunks}>"
@@ -84,9 +92,47 @@ class _Request:
         self.stream: _Stream | None = None  # a streaming request's stream, before its response
 
 
+class _Exchange:
+    """One HTTP/2 stream id: its request, and its stream once it is one."""
+
+    __slots__ = ("api", "operation", "model", "streaming", "end_ns", "stream", "grpc_method",
+                 "answered", "request_done", "response_done")
+
+    def __init__(self, route: http1.Route, streaming: bool, grpc_method: str | None = None) -> None:
+        self.api, self.operation = route
+        self.model: str | None = None
+        self.streaming = streaming
+        self.end_ns: int | None = None
+        self.stream: _Stream | None = None
+        self.grpc_method = grpc_method
+        self.answered = False       # the response's head came
+        self.request_done = False   # END_STREAM each way: then the stream id is forgotten
+        self.response_done = False
+
+
+class _H2:
+    """An HTTP/2 connection's parsers and the stream ids under way."""
+
+    __slots__ = ("client", "requests", "responses", "exchanges", "unreadable")
+
+    def __init__(self, client: bool, preface_done: int = http2.PREFACE_LINE) -> None:
+        self.client = client  # this process wrote the preface
+        self.requests = http2.Http2Direction(True, preface_done=preface_done)
+        self.responses = http2.Http2Direction(False)
+        self.exchanges: dict[int, _Exchange] = {}
+        self.unreadable = False
+
+    def __repr__(self) -> str:
+        return f"<h2 client={self.client} streams={len(self.exchanges)}>"
+
+
+_NO_ROUTE = http1.Route(None, None)
+_GRPC_ROUTE = http1.Route("grpc", None)
+
+
 class _Conn:
     __slots__ = ("key", "keys", "pid", "uid", "socket", "comm", "tls", "local", "remote", "wrote",
-                 "read", "reqs", "stream", "closed", "identity")
+                 "read", "reqs", "stream", "closed", "identity", "h2")
 
     def __init__(self, key) -> None:
         self.key = key  # the first; `keys` holds every process's key for it
@@ -103,6 +149,7 @@ class _Conn:
         self.read = http1.HttpDirection()
         self.reqs: list[_Request] = []  # a few at most; a deque would cost 600 bytes
         self.stream: _Stream | None = None  # the stream whose response is under way
+        self.h2: _H2 | None = None  # from the HTTP/2 preface on: its streams, by id
 
     def __repr__(self) -> str:
         return f"<conn pid={self.pid} requests={len(self.reqs)}>"
@@ -114,7 +161,10 @@ def _pid_of(key) -> int:
 
 def _open_of(c: _Conn) -> list[_Stream]:
     """A connection's open streams: the response's under way, then those of
-    streaming requests not yet answered."""
+    streaming requests not yet answered (HTTP/2: every stream id's)."""
+    if c.h2 is not None:
+        return [x.stream for x in c.h2.exchanges.values()
+                if x.stream is not None and x.stream.status == "open"]
     out = [r.stream for r in c.reqs if r.stream is not None]
     if c.stream is not None and c.stream.status == "open":
         out.insert(0, c.stream)
@@ -147,7 +197,9 @@ class StreamTracker:
         self._c = {k: 0 for k in (
             "streams_done", "streams_cancelled", "streams_error", "streams_incomplete",
             "evicted", "evicted_client", "evicted_server", "reports_dropped",
-            "http2", "compressed", "upgraded", "skipped_bytes", "lost_bytes", "resyncs",
+            "http2_connections", "http2_unreadable", "http2_lost", "http2_hpack",
+            "http2_framing", "http2_oversized", "http2_midway", "grpc_compressed",
+            "compressed", "upgraded", "skipped_bytes", "lost_bytes", "resyncs",
             "malformed_events", "oversized_events", "comments", "unconfirmed")}
         self._events = self._chunks = 0  # (attributes: counted at every event)
 
@@ -189,6 +241,9 @@ class StreamTracker:
             c.identity = who
         if c.stream is not None:
             c.stream.labels = None  # they name tls, the identity and the server
+        if c.h2 is not None:
+            for s in _open_of(c):
+                s.labels = None
 
     def data(self, conn, outgoing: bool, payload: bytes, t_ns: int, lost: int = 0) -> None:
         c = self._conns.get(conn)
@@ -198,6 +253,9 @@ class StreamTracker:
             c = self._conn(conn)
         else:
             self._conns.move_to_end(conn)
+            if c.h2 is not None:
+                self._h2_data(c, outgoing, payload, t_ns, lost)
+                return
         d = c.wrote if outgoing else c.read
         if lost:
             self._c["lost_bytes"] += lost
@@ -213,11 +271,14 @@ class StreamTracker:
             self._c["resyncs"] += d.resyncs - resyncs
         if d.skipped != skipped:
             self._c["skipped_bytes"] += d.skipped - skipped
+            if d.role is None and not lost and http2.looks_like_frames(payload):
+                self._h2_frames_first(c, outgoing, payload, t_ns, d.skipped == len(payload))
+                return
         if not out:
             return
         for kind, a, b, x in out:
             if kind == http1.EVENT:
-                self._event(c, a, t_ns)
+                self._event(c, c.stream, a, t_ns)
             else:
                 self._message(c, outgoing, kind, a, b, x, t_ns)
         out.clear()
@@ -382,12 +443,11 @@ class StreamTracker:
             c.pid = _pid_of(key)
         return c
 
-    def _event(self, c: _Conn, ev: tuple, t: int) -> None:
+    def _event(self, c: _Conn, s: _Stream | None, ev: tuple, t: int) -> None:
         cls, api, model, tokens, flags = ev
         if cls == api_events.COMMENT:
             self._c["comments"] += 1
             return
-        s = c.stream
         if s is None or s.status != "open":
             return  # after the API's end, or an event-stream nobody asked for a stream of
         self._events += 1
@@ -472,7 +532,15 @@ class StreamTracker:
         elif kind == http1.MIDSTREAM:
             self._response(c, outgoing, None, True, False, t)
         elif kind == http1.HTTP2:
-            self._c["http2"] += 1
+            self._c["http2_connections"] += 1
+            for s in _open_of(c):  # HTTP/1.x before it (an h2c upgrade, not followed): over
+                self._finish(c, s, t, "cancelled", "body")
+            c.stream = None
+            c.reqs.clear()
+            c.h2 = _H2(client=outgoing)
+            (c.read if outgoing else c.wrote).ignore()
+            if a:
+                self._h2_data(c, outgoing, a, t, 0)
         elif kind == http1.UPGRADE:
             self._c["upgraded"] += 1
 
@@ -515,6 +583,8 @@ class StreamTracker:
             self._finish(c, s, t, "done" if body_by_close else "cancelled", how)
         c.stream = None
         c.reqs.clear()
+        if c.h2 is not None:
+            c.h2.exchanges.clear()
 
     def _finish(self, c: _Conn, s: _Stream, t: int, status: str, end: str) -> None:
         if s.midway:  # joined mid-way, and no well-formed event: not a stream
@@ -551,5 +621,190 @@ class StreamTracker:
             "duration_ms": round((t - (base if base is not None else s.start_ns)) / 1e6, 3),
             "status": s.status, "http_status": s.http_status, "end": s.end,
             "lost_bytes": s.lost, "started_ns": base if base is not None else s.start_ns,
-            "operation": s.operation, **c.identity.fields(),
+            "operation": s.operation, "http": s.http, "grpc_method": s.grpc_method,
+            **c.identity.fields(),
         }
+
+    # --- HTTP/2 (pyxdp.streams.http2): a stream per stream id ----------------------------
+
+    def _h2_data(self, c: _Conn, outgoing: bool, payload: bytes, t: int, lost: int) -> None:
+        h = c.h2
+        assert h is not None
+        d = h.requests if outgoing == h.client else h.responses
+        if lost:
+            self._c["lost_bytes"] += lost
+            if d is h.responses:
+                for s in _open_of(c):
+                    s.lost += lost
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        out: list = []
+        skipped = d.skipped
+        d.feed(payload, lost, out)
+        if d.skipped != skipped:
+            self._c["skipped_bytes"] += d.skipped - skipped
+        for kind, sid, a, b in out:
+            if kind == http2.EVENT or kind == http2.MESSAGE:
+                x = h.exchanges.get(sid)
+                if x is not None and x.stream is not None:
+                    if kind == http2.EVENT:
+                        self._event(c, x.stream, a, t)
+                    else:
+                        if a:
+                            self._c["grpc_compressed"] += 1  # counted; no message is parsed anyway
+                        self._event(c, x.stream, _GRPC_CHUNK, t)
+            elif kind == http2.HEADERS:
+                if d.requests:
+                    self._h2_request(h, sid, a)
+                else:
+                    self._h2_response(c, h, sid, a, t)
+            elif kind == http2.END:
+                self._h2_end(c, h, d, sid, a, b, t)
+            elif kind == http2.RESET:
+                x = h.exchanges.pop(sid, None)
+                (h.requests if d is h.responses else h.responses).forget(sid)
+                if x is not None and x.stream is not None and x.stream.status == "open":
+                    self._finish(c, x.stream, t, "cancelled", "reset")
+            elif kind == http2.GOAWAY:
+                if d is h.responses:  # (a client's GOAWAY names pushed streams: none followed)
+                    for sid in [k for k in h.exchanges if k > a]:
+                        x = h.exchanges.pop(sid)
+                        if x.stream is not None and x.stream.status == "open":
+                            self._finish(c, x.stream, t, "cancelled", "goaway")
+            elif kind == http2.UNREADABLE:
+                self._h2_unreadable(c, h, d, a, t)
+                if a == "midway":
+                    return  # evicted
+
+    def _h2_frames_first(self, c: _Conn, outgoing: bool, payload: bytes, t: int,
+                         first: bool) -> None:
+        """HTTP/2 frames where a connection's bytes began: a server's own
+        preface (a SETTINGS frame, written before it reads the client's) on
+        a connection that carried nothing else, followed; otherwise HTTP/2
+        joined mid-way, whose HPACK context began before us: counted and
+        evicted (the kernel then ignores it), never guessed."""
+        if first and c.read.role is None and c.wrote.role is None and payload[3:5] == b"\x04\x00":
+            c.h2 = _H2(client=not outgoing, preface_done=0)
+            c.wrote.ignore()
+            c.read.ignore()
+            self._h2_data(c, outgoing, payload, t, 0)
+            return
+        self._h2_midway(c)
+
+    def _h2_midway(self, c: _Conn) -> None:
+        self._c["http2_unreadable"] += 1
+        self._c["http2_midway"] += 1
+        self._evict(c)
+        if c.h2 is not None:
+            c.h2.exchanges.clear()
+
+    def _h2_side(self, h: _H2) -> str:
+        return "client" if h.client else "server"
+
+    def _h2_exchange(self, h: _H2, sid: int, x: _Exchange) -> None:
+        if len(h.exchanges) >= _H2_EXCHANGES:
+            old = h.exchanges.pop(next(iter(h.exchanges)))
+            if old.stream is not None and old.stream.status == "open":
+                self._c["evicted"] += 1
+                self._c["evicted_" + old.stream.side] += 1
+                self._open -= 1
+        h.exchanges[sid] = x
+
+    def _h2_request(self, h: _H2, sid: int, head: http2.Head) -> None:
+        if sid in h.exchanges or head.method is None:
+            return  # a request's trailers
+        path = head.path or b""
+        if head.grpc:
+            name = _printable(path.decode("ascii", "replace"), _GRPC_METHOD_MAX)
+            self._h2_exchange(h, sid, _Exchange(_GRPC_ROUTE, True, name))
+        else:
+            streaming = b"text/event-stream" in head.accept
+            self._h2_exchange(h, sid, _Exchange(http1.route(path), streaming))
+
+    def _h2_stream(self, h: _H2, x: _Exchange, api: str | None, base: int | None,
+                   t: int) -> _Stream:
+        s = _Stream(self._h2_side(h), api, x.model, base, t, x.operation)
+        s.http = "2"
+        s.grpc_method = x.grpc_method
+        self._open += 1
+        x.stream = s
+        return s
+
+    def _h2_response(self, c: _Conn, h: _H2, sid: int, head: http2.Head, t: int) -> None:
+        x = h.exchanges.get(sid)
+        if head.status is None:  # trailers: gRPC's status
+            if x is not None and x.stream is not None and x.stream.status == "open" \
+                    and head.grpc_status is not None:
+                self._grpc_status(c, x.stream, head.grpc_status, t)
+            return
+        if head.status < 200:
+            return  # interim
+        if x is None:  # its request was never seen (that direction unreadable)
+            x = _Exchange(_NO_ROUTE, False)
+            x.request_done = True
+            self._h2_exchange(h, sid, x)
+        if x.answered:
+            return
+        x.answered = True
+        is_sse, grpc, streaming = head.event_stream, head.grpc, x.streaming
+        s = x.stream
+        if head.compressed and (is_sse or streaming):
+            self._c["compressed"] += 1
+            is_sse = streaming = False  # seen, not parsed
+        failed = head.status >= 300
+        if not (is_sse or grpc) and not (streaming and failed):
+            if s is not None:
+                self._open -= 1  # the request asked for a stream; the answer is not one
+                x.stream = None
+            return
+        if s is None:
+            s = self._h2_stream(h, x, "grpc" if grpc else x.api, x.end_ns, t)
+        s.http_status = head.status
+        s.last_ns = t
+        if failed:
+            self._finish(c, s, t, "error", "error")
+        elif grpc and head.grpc_status is not None:  # a trailers-only response
+            self._grpc_status(c, s, head.grpc_status, t)
+
+    def _grpc_status(self, c: _Conn, s: _Stream, status: int, t: int) -> None:
+        if status == 0:
+            self._finish(c, s, t, "done", "api")
+        else:
+            self._finish(c, s, t, "error", "error")
+
+    def _h2_end(self, c: _Conn, h: _H2, d: http2.Http2Direction, sid: int, model, stream: bool,
+                t: int) -> None:
+        x = h.exchanges.get(sid)
+        if x is None:
+            return
+        if d.requests:
+            x.request_done = True
+            x.model, x.end_ns = model, t
+            x.streaming = x.streaming or stream
+            if x.streaming and x.stream is None and not x.answered:
+                self._h2_stream(h, x, x.api, t, t)
+        else:
+            x.response_done = True
+            s = x.stream
+            if s is not None and s.status == "open":
+                self._finish(c, s, t, "done", "body")
+        if x.request_done and x.response_done:
+            del h.exchanges[sid]
+
+    def _h2_unreadable(self, c: _Conn, h: _H2, d: http2.Http2Direction, reason: str,
+                       t: int) -> None:
+        """D can no longer be read: the streams whose bytes it carries end incomplete."""
+        if reason == "midway":  # (no preface where the client's bytes began)
+            self._h2_midway(c)
+            return
+        self._c["http2_" + reason] += 1
+        if not h.unreadable:
+            h.unreadable = True
+            self._c["http2_unreadable"] += 1
+        other = h.requests if d is h.responses else h.responses
+        for sid, x in list(h.exchanges.items()):
+            if d is h.responses or not x.request_done:
+                del h.exchanges[sid]
+                other.forget(sid)
+                if x.stream is not None and x.stream.status == "open":
+                    self._finish(c, x.stream, t, "incomplete", "unreadable")

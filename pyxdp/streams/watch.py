@@ -18,8 +18,8 @@ FULL_SCAN_EVERY = 15  # every Nth scan reads every process again (a late dlopen)
 
 # What the probes cannot see, said once on start (docs/spec.md §11.4).
 NOT_SEEN = ("not seen: TLS of stacks that export no TLS function (Go crypto/tls; stripped "
-            "static BoringSSL in Envoy, Bun; rustls), HTTP/2 and gRPC, compressed bodies "
-            "(HTTP/2 connections and compressed streams are counted)")
+            "static BoringSSL in Envoy, Bun; rustls), HTTP/2 connections older than the "
+            "observer (their HPACK context is gone), compressed bodies (both are counted)")
 
 
 def monotonic_ns() -> int:
